@@ -1,0 +1,1 @@
+"""Pure-Python cost models: no TVM import here (see DESIGN.md)."""
