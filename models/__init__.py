@@ -1,0 +1,11 @@
+"""graphselect model zoo: ONNX CNNs (opset 17) with deterministic random weights.
+
+>>> from models import build, list_models
+>>> m = build("resnet18", image_size=64, seed=0)   # onnx.ModelProto
+
+Public API: ``ZOO`` (name -> builder), ``build``, ``list_models``, ``save``.
+"""
+
+from .zoo import ZOO, build, list_models, save
+
+__all__ = ["ZOO", "build", "list_models", "save"]
