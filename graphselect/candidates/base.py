@@ -1,0 +1,92 @@
+"""The candidate contract shared by every family (see DESIGN.md, "Candidate contract").
+
+A family module provides ``propose(spec) -> list[Candidate]``, ``build(cand, spec, target) ->
+PrimFunc`` and ``pack(cand, spec, weight, bias) -> list[np.ndarray]``. The PrimFunc takes
+``(data, *packed constants, [residual], out)``: data first, so a cache flush of every argument
+but the first leaves the input warm and the weights cold, as in a running network.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..graph.layers import ConvSpec
+
+EPILOGUES = frozenset({"bias", "residual", "clip"})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    family: str
+    params: tuple[tuple[str, int], ...]      # sorted (name, value) pairs
+    in_layout: str
+    out_layout: str
+    weight_layout: str
+    fusable_epilogues: frozenset[str]
+    weight_bytes: int                        # packed constants (weights + bias) in bytes
+    workspace_bytes: int                     # temporary buffers inside the kernel
+
+    def param(self, name: str) -> int:
+        return dict(self.params)[name]
+
+    @property
+    def key(self) -> str:
+        return f"{self.family}(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
+
+    def fuses(self, spec: ConvSpec) -> bool:
+        """Whether this candidate absorbs the whole epilogue of ``spec``."""
+        need = set()
+        if spec.bias:
+            need.add("bias")
+        if spec.residual:
+            need.add("residual")
+        if spec.clip_lo is not None or spec.clip_hi is not None:
+            need.add("clip")
+        return need <= self.fusable_epilogues
+
+
+def make_candidate(family: str, spec: ConvSpec, *, in_layout: str, out_layout: str, weight_layout: str,
+                   weight_elems: int, workspace_bytes: int = 0, **params: int) -> Candidate:
+    return Candidate(family=family, params=tuple(sorted((k, int(v)) for k, v in params.items())),
+                     in_layout=in_layout, out_layout=out_layout, weight_layout=weight_layout,
+                     fusable_epilogues=EPILOGUES,
+                     weight_bytes=4 * (weight_elems + (spec.out_channels if spec.bias else 0)),
+                     workspace_bytes=workspace_bytes)
+
+
+def epilogue_compute(conv, spec: ConvSpec, bias, residual, bias_index):
+    """``te.compute`` applying bias, residual add and clamp to ``conv`` (any layout).
+
+    ``bias_index(*idx)`` maps an output index to the bias tensor's index.
+    """
+    import tvm
+    from tvm import te
+
+    def f(*idx):
+        v = conv(*idx)
+        if bias is not None:
+            v = v + bias(*bias_index(*idx))
+        if residual is not None:
+            v = v + residual(*idx)
+        if spec.clip_lo is not None:
+            v = te.max(v, tvm.tirx.const(spec.clip_lo, "float32"))
+        if spec.clip_hi is not None:
+            v = te.min(v, tvm.tirx.const(spec.clip_hi, "float32"))
+        return v
+    return te.compute(conv.shape, f, name="epilogue")
+
+
+def finish(func, cand: Candidate, spec: ConvSpec, name: str):
+    """Attributes every conv PrimFunc carries: what it is, and that Relax must leave it alone."""
+    return (func.with_attr("global_symbol", name)
+            .with_attr("tir.is_scheduled", True)
+            .with_attr("op_pattern", 8)           # opaque: FuseOps must not merge it (epilogue is inside)
+            .with_attr("graphselect.family", cand.family)
+            .with_attr("graphselect.params", ",".join(f"{k}={v}" for k, v in cand.params))
+            .with_attr("graphselect.in_layout", cand.in_layout)
+            .with_attr("graphselect.out_layout", cand.out_layout)
+            .with_attr("graphselect.weight_layout", cand.weight_layout)
+            .with_attr("graphselect.workload", spec.key))
+
+
+def divisors_in(n: int, lo: int, hi: int) -> list[int]:
+    return [d for d in range(lo, hi + 1) if n % d == 0]

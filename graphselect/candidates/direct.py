@@ -1,0 +1,78 @@
+"""``direct``: plain NCHW convolution, vectorized along output width, tiled over output channels."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import layouts
+from ..graph.layers import ConvSpec
+from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate
+
+FAMILY = "direct"
+
+
+def _vec(ow: int) -> int:
+    ds = divisors_in(ow, 4, 16)
+    return ds[-1] if ds else (ow if ow <= 32 else max(divisors_in(ow, 1, 16)))
+
+
+def propose(spec: ConvSpec) -> list[Candidate]:
+    if spec.groups != 1:
+        return []
+    pad_bytes = 0
+    if any(spec.padding):
+        pad_bytes = 4 * spec.batch * spec.in_channels * (spec.height + spec.padding[0] + spec.padding[2]) \
+            * (spec.width + spec.padding[1] + spec.padding[3])
+    welems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]
+    return [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
+                           weight_elems=welems, workspace_bytes=pad_bytes, oc_tile=t, vec=_vec(spec.out_w))
+            for t in (4, 8) if spec.out_channels % t == 0]
+
+
+def compute(spec: ConvSpec):
+    from tvm import te, topi
+    n, c, h, w = spec.in_shape
+    kh, kw = spec.kernel
+    sh, sw = spec.stride
+    pt, pl, pb, pr = spec.padding
+    data = te.placeholder((n, c, h, w), name="data")
+    weight = te.placeholder((spec.out_channels, c, kh, kw), name="weight")
+    bias = te.placeholder((spec.out_channels,), name="bias") if spec.bias else None
+    padded = topi.nn.pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="data_pad") if any(spec.padding) else data
+    rc = te.reduce_axis((0, c), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    conv = te.compute(spec.out_shape, lambda b, o, y, x: te.sum(
+        padded[b, rc, y * sh + ry, x * sw + rx] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
+    res = te.placeholder(spec.out_shape, name="residual") if spec.residual else None
+    out = epilogue_compute(conv, spec, bias, res, lambda b, o, y, x: (o,))
+    args = [data, weight] + ([bias] if bias is not None else []) + ([res] if res is not None else []) + [out]
+    return te.create_prim_func(args)
+
+
+def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
+    from tvm.s_tir import Schedule
+    sch = Schedule(compute(spec))
+    conv, epi = sch.get_sblock("conv"), sch.get_sblock("epilogue")
+    b, o, y, x, rc, ry, rx = sch.get_loops(conv)
+    oo, oi = sch.split(o, [None, cand.param("oc_tile")])
+    xo, xi = sch.split(x, [None, cand.param("vec")])
+    sch.reorder(b, oo, y, xo, rc, ry, rx, oi, xi)
+    sch.reverse_compute_at(epi, xo)
+    sch.vectorize(xi)
+    sch.unroll(oi)
+    sch.unroll(rx)
+    el = sch.get_loops(epi)
+    sch.vectorize(el[-1])
+    sch.parallel(sch.fuse(b, oo, y))
+    init = sch.decompose_reduction(conv, rc)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if any(spec.padding):
+        pl = sch.get_loops(sch.get_sblock("data_pad"))
+        sch.parallel(sch.fuse(*pl[:2]))
+        sch.vectorize(pl[-1])
+    return finish(sch.mod["main"], cand, spec, name)
+
+
+def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
+    return [np.ascontiguousarray(weight, dtype="float32")] + \
+        ([np.ascontiguousarray(bias, dtype="float32")] if spec.bias else [])

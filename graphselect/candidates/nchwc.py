@@ -1,0 +1,104 @@
+"""``nchwc``: channel-blocked NCHW[ic]c -> NCHW[oc]c convolution (TOPI's conv2d_NCHWc compute with
+the classic x86 schedule: a reg_n x oc_bn register tile, epilogue applied per tile)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import layouts
+from ..graph.layers import ConvSpec
+from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate
+
+FAMILY = "nchwc"
+BLOCKS = (8, 16, 32)
+
+
+def _blocks(ch: int) -> list[int]:
+    bs = [b for b in BLOCKS if ch % b == 0]
+    if len(bs) > 2:
+        bs = bs[1:]       # 16 and 32: 8 never won on AVX-512 and doubles the candidates
+    if not bs:            # e.g. 3 input channels: one block holds them all
+        bs = [max(divisors_in(ch, 1, 16))]
+    return bs
+
+
+def _reg_ns(ow: int, oc_bn: int) -> list[int]:
+    # accumulators: reg_n vectors of oc_bn floats must fit the 32 vector registers with room to spare
+    budget = max(4, 16 * 16 // max(oc_bn, 16))
+    ds = divisors_in(ow, 4, budget)
+    if not ds:
+        ds = [max(divisors_in(ow, 1, budget))]
+    return ds[-2:]
+
+
+def propose(spec: ConvSpec) -> list[Candidate]:
+    if spec.groups != 1:
+        return []
+    out = []
+    kelems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]
+    pad_bytes = 0
+    if any(spec.padding):
+        pad_bytes = 4 * spec.batch * spec.in_channels * (spec.height + spec.padding[0] + spec.padding[2]) \
+            * (spec.width + spec.padding[1] + spec.padding[3])
+    for ib in _blocks(spec.in_channels):
+        for ob in _blocks(spec.out_channels):
+            for rn in _reg_ns(spec.out_w, ob):
+                out.append(make_candidate(
+                    FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
+                    weight_layout=f"OIHW{ib}i{ob}o", weight_elems=kelems, workspace_bytes=pad_bytes,
+                    ic_bn=ib, oc_bn=ob, reg_n=rn))
+    return out
+
+
+def compute(spec: ConvSpec, ib: int, ob: int, target):
+    from tvm import te, topi
+    n, c, h, w = spec.in_shape
+    O = spec.out_channels
+    data = te.placeholder((n, c // ib, h, w, ib), name="data")
+    kern = te.placeholder((O // ob, c // ib, spec.kernel[0], spec.kernel[1], ib, ob), name="weight")
+    bias = te.placeholder((O // ob, ob), name="bias") if spec.bias else None
+    with target:    # conv2d_NCHWc reads Target.current()
+        conv = topi.nn.conv2d_NCHWc(data, kern, list(spec.stride), list(spec.padding), 1,
+                                    f"NCHW{ib}c", f"NCHW{ob}c", "float32")
+    res = te.placeholder(conv.shape, name="residual") if spec.residual else None
+    out = epilogue_compute(conv, spec, bias, res, lambda b, oc, y, x, cb: (oc, cb))
+    args = [data, kern] + ([bias] if bias is not None else []) + ([res] if res is not None else []) + [out]
+    return te.create_prim_func(args)
+
+
+def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
+    from tvm.s_tir import Schedule
+    ib, ob, reg_n = cand.param("ic_bn"), cand.param("oc_bn"), cand.param("reg_n")
+    sch = Schedule(compute(spec, ib, ob, target))
+    conv, epi = sch.get_sblock("conv2d_NCHWc"), sch.get_sblock("epilogue")
+    n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
+    ow_o, ow_i = sch.split(ow, [None, reg_n])
+    ic_o, ic_i = sch.split(ic, [None, ib])
+    sch.reorder(n, occ, oh, ow_o, ic_o, kh, kw, ic_i, ow_i, ocb)
+    # the reg_n x oc_bn accumulator tile is consumed at once by the epilogue, so the conv buffer
+    # shrinks to that tile and the epilogue costs no extra pass over memory
+    sch.reverse_compute_at(epi, ow_o)
+    # vectorize/unroll/parallel before decompose_reduction (TVM 0.27 trap)
+    sch.vectorize(ocb)
+    sch.unroll(ow_i)
+    sch.unroll(kw)
+    el = sch.get_loops(epi)
+    sch.vectorize(el[-1])
+    sch.unroll(el[-2])
+    sch.parallel(sch.fuse(n, occ, oh))
+    init = sch.decompose_reduction(conv, ic_o)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if any(spec.padding):
+        pl = sch.get_loops(sch.get_sblock("data_pad"))
+        sch.parallel(sch.fuse(*pl[:3]))
+        sch.vectorize(pl[-1])
+    return finish(sch.mod["main"], cand, spec, name)
+
+
+def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
+    ib, ob = cand.param("ic_bn"), cand.param("oc_bn")
+    O, I, KH, KW = weight.shape
+    w = weight.reshape(O // ob, ob, I // ib, ib, KH, KW).transpose(0, 2, 4, 5, 3, 1)
+    out = [np.ascontiguousarray(w, dtype="float32")]
+    if spec.bias:
+        out.append(np.ascontiguousarray(bias.reshape(O // ob, ob), dtype="float32"))
+    return out

@@ -1,0 +1,375 @@
+"""LayerGraph: the layout-relevant view of a Relax module.
+
+Each layer is one of
+- ``conv``: a conv2d with constant weights plus the epilogue chain it absorbs (bias add,
+  residual add, clamp such as ReLU/ReLU6), one node with one set of candidates;
+- ``agnostic``: an op that runs in any channel layout (elementwise, pooling, global mean,
+  channel concat), so the solver picks its layout;
+- ``fixed``: anything else, run as imported in plain NCHW (reshape, gemm, softmax, ...);
+- ``input`` / ``output``: the function's parameter and its result, both in NCHW.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from ..errors import UnsupportedModel
+from . import layouts
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """One conv workload including its fused epilogue: what a candidate is measured on."""
+    batch: int
+    in_channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]   # top, left, bottom, right
+    groups: int = 1
+    bias: bool = False
+    residual: bool = False
+    clip_lo: float | None = None          # ReLU is clip_lo=0
+    clip_hi: float | None = None
+
+    @property
+    def out_h(self) -> int:
+        return (self.height + self.padding[0] + self.padding[2] - self.kernel[0]) // self.stride[0] + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.width + self.padding[1] + self.padding[3] - self.kernel[1]) // self.stride[1] + 1
+
+    @property
+    def in_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.in_channels, self.height, self.width)
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.out_channels, self.out_h, self.out_w)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.out_channels * self.out_h * self.out_w * \
+            (self.in_channels // self.groups) * self.kernel[0] * self.kernel[1]
+
+    @property
+    def epilogue(self) -> str:
+        parts = (["bias"] if self.bias else []) + (["res"] if self.residual else [])
+        if self.clip_lo is not None or self.clip_hi is not None:
+            if self.clip_lo == 0 and self.clip_hi is None:
+                parts.append("relu")
+            else:
+                parts.append(f"clip({self.clip_lo},{self.clip_hi})")
+        return "+".join(parts) or "none"
+
+    @property
+    def key(self) -> str:
+        """Workload key for the record store: every field that changes the kernel."""
+        return (f"conv2d n{self.batch} c{self.in_channels} h{self.height} w{self.width} "
+                f"o{self.out_channels} k{self.kernel[0]}x{self.kernel[1]} s{self.stride[0]}x{self.stride[1]} "
+                f"p{','.join(map(str, self.padding))} g{self.groups} epi={self.epilogue}")
+
+    def describe(self) -> str:
+        return (f"{self.in_channels}->{self.out_channels} {self.kernel[0]}x{self.kernel[1]}/{self.stride[0]} "
+                f"{self.height}x{self.width}")
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    name: str
+    kind: str                          # conv | agnostic | fixed | input | output
+    op: str                            # relax op name ("relax.nn.relu"), "conv2d", "input", "output"
+    inputs: tuple[str, ...]            # producer layer per input port
+    out_shape: tuple[int, ...] | None  # None when the value is not a single tensor
+    layouts: tuple[str, ...] = (layouts.NCHW,)   # layouts this layer may run in (agnostic ops)
+    conv: ConvSpec | None = None
+    weight: np.ndarray | None = None   # OIHW float32 (BN already folded)
+    bias: np.ndarray | None = None     # (O,)
+    binding: int = -1                  # index of the binding where the layer is emitted
+    absorbed: tuple[int, ...] = ()     # bindings folded into this layer (conv epilogues)
+    onnx_name: str = ""
+
+    @property
+    def sparsity(self) -> float:
+        if self.weight is None:
+            return 0.0
+        return float(np.count_nonzero(self.weight == 0)) / self.weight.size
+
+
+@dataclass(eq=False)
+class LayerGraph:
+    layers: dict[str, Layer]           # in topological order
+    graph: nx.DiGraph                  # edges producer -> consumer, attribute ports=[...]
+    func: object = None                # the Relax function the layers came from
+    output: str = ""                   # name of the output layer
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def convs(self) -> list[Layer]:
+        return [l for l in self.layers.values() if l.kind == "conv"]
+
+    def edges(self):
+        """(producer, consumer, port) for every tensor edge."""
+        for name, layer in self.layers.items():
+            for port, src in enumerate(layer.inputs):
+                yield src, name, port
+
+
+# ---------------------------------------------------------------------------------------------
+# extraction from Relax
+
+BLOCK_CANDIDATES = (8, 16, 32, 64)
+_UNARY = {"relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.nn.silu"}
+_BINARY = {"relax.add", "relax.multiply", "relax.subtract", "relax.divide", "relax.maximum", "relax.minimum"}
+_CLAMP_TIR = re.compile(r"^(maximum|minimum)\d*$")
+
+
+def _rx():
+    from tvm import relax
+    return relax
+
+
+def _shape(e) -> tuple[int, ...] | None:
+    ty = getattr(e, "ty", None) or getattr(e, "struct_info", None)
+    shape = getattr(ty, "shape", None)
+    if shape is None:
+        return None
+    try:
+        return tuple(int(v) for v in shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_const(e) -> bool:
+    return type(e).__name__ in ("GenericConst", "Constant")
+
+
+def const_value(e) -> np.ndarray:
+    v = getattr(e, "value", None)
+    if v is None:
+        v = e.data
+    return v.numpy()
+
+
+def _op_name(call) -> str | None:
+    op = getattr(call, "op", None)
+    return getattr(op, "name", None) if op is not None and type(op).__name__ == "Op" else None
+
+
+def _vars_in(e, rx):
+    if isinstance(e, rx.Var):
+        return [e]
+    if isinstance(e, rx.Call):
+        return [v for a in e.args for v in _vars_in(a, rx)]
+    if isinstance(e, rx.Tuple):
+        return [v for a in e.fields for v in _vars_in(a, rx)]
+    if isinstance(e, rx.TupleGetItem):
+        return _vars_in(e.tuple_value, rx)
+    return []
+
+
+def clamp_of(call, rx) -> tuple[str, float] | None:
+    """("max", c) / ("min", c) / ("relu", 0) / ("clip", (lo, hi)) if ``call`` clamps by a scalar."""
+    name = _op_name(call)
+    if name == "relax.nn.relu":
+        return ("max", 0.0)
+    if name == "relax.clip":
+        lo, hi = (float(getattr(a, "value", a)) for a in call.args[1:3])
+        return ("clip", (lo, hi))
+    if name in ("relax.maximum", "relax.minimum") and len(call.args) == 2 and _is_const(call.args[1]) \
+            and const_value(call.args[1]).size == 1:
+        return (name.split(".")[1][:3], float(const_value(call.args[1]).reshape(())))
+    if name == "relax.call_tir":
+        gv, args = call.args[0], call.args[1]
+        if _CLAMP_TIR.match(getattr(gv, "name_hint", "")) and isinstance(args, rx.Tuple) and len(args.fields) == 2 \
+                and _is_const(args.fields[1]) and const_value(args.fields[1]).size == 1:
+            return (gv.name_hint[:3], float(const_value(args.fields[1]).reshape(())))
+    return None
+
+
+def _channel_const(e, channels: int) -> bool:
+    return _is_const(e) and (const_value(e).size == 1 or _shape(e) in ((1, channels, 1, 1), (channels, 1, 1)))
+
+
+def _agnostic_layouts(call, in_shapes, out_shape, rx) -> tuple[str, ...]:
+    """The layouts an op can run in without changing its meaning (NCHW always)."""
+    if out_shape is None or len(out_shape) != 4 or not in_shapes or any(s is None or len(s) != 4 for s in in_shapes):
+        return (layouts.NCHW,)
+    name = _op_name(call)
+    chans = [s[1] for s in in_shapes] + [out_shape[1]]
+    ok = False
+    if name in _UNARY or clamp_of(call, rx) is not None:
+        ok = True
+    elif name in _BINARY:
+        tensors = [a for a in call.args if isinstance(a, rx.Var)]
+        consts = [a for a in call.args if not isinstance(a, rx.Var)]
+        ok = all(_shape(a) == out_shape for a in tensors) and all(_channel_const(c, out_shape[1]) for c in consts)
+    elif name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+        ok = call.attrs.layout == "NCHW" and call.attrs.out_layout == "NCHW"
+    elif name == "relax.mean":
+        ok = sorted(int(a) for a in call.attrs.axis) == [2, 3] and bool(call.attrs.keepdims)
+    elif name == "relax.concat":
+        ok = int(call.attrs.axis) in (1, -3)
+    if not ok:
+        return (layouts.NCHW,)
+    return (layouts.NCHW,) + tuple(layouts.blocked(b) for b in BLOCK_CANDIDATES if all(c % b == 0 for c in chans))
+
+
+def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
+    """Build the LayerGraph of ``mod["main"]`` (a single dataflow block, as ``from_onnx`` emits)."""
+    rx = _rx()
+    func = mod["main"]
+    if len(func.params) != 1:
+        raise UnsupportedModel(f"graphselect supports single-input models; main takes {len(func.params)}")
+    blocks = func.body.blocks
+    if len(blocks) != 1:
+        raise UnsupportedModel("the imported module has control flow or several blocks; "
+                               "graphselect supports feed-forward CNNs")
+    bindings = list(blocks[0].bindings)
+    ret = func.body.body
+    out_vars = set(_vars_in(ret, rx))
+
+    users: dict = {}
+    for i, b in enumerate(bindings):
+        for v in _vars_in(b.value, rx):
+            users.setdefault(v, []).append(i)
+
+    layers: dict[str, Layer] = {}
+    producer: dict = {}          # relax var -> layer name
+    param = func.params[0]
+    pshape = _shape(param)
+    layers["input"] = Layer("input", "input", "input", (), pshape)
+    producer[param] = "input"
+
+    absorbed: set[int] = set()
+    chains: dict[int, dict] = {}  # end binding -> chain description
+    for i, b in enumerate(bindings):
+        e = b.value
+        if _op_name(e) != "relax.nn.conv2d" or not _is_const(e.args[1]):
+            continue
+        a = e.attrs
+        ishape, wshape = _shape(e.args[0]), _shape(e.args[1])
+        if ishape is None or len(ishape) != 4 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW" \
+                or a.out_layout != "NCHW" or any(int(d) != 1 for d in a.dilation) or int(a.groups) != 1:
+            continue   # grouped/dilated convs stay with TVM's own kernel for now
+        O = wshape[0]
+        ch = {"conv": i, "bias": None, "res": None, "lo": None, "hi": None, "end": i}
+        cur = b.var
+        stage = 0
+        while True:
+            us = users.get(cur, [])
+            if len(us) != 1 or cur in out_vars:
+                break
+            j = us[0]
+            v = bindings[j].value
+            name = _op_name(v)
+            cl = clamp_of(v, rx)
+            if stage < 1 and name == "relax.add" and v.args[0].same_as(cur) and _is_const(v.args[1]) \
+                    and const_value(v.args[1]).size == O and _shape(v.args[1]) in ((1, O, 1, 1), (O, 1, 1)):
+                ch["bias"] = const_value(v.args[1]).reshape(O).astype("float32")
+                stage = 1
+            elif stage < 2 and name == "relax.add" and all(isinstance(x, rx.Var) for x in v.args) \
+                    and _shape(v.args[0]) == _shape(v.args[1]) and not v.args[0].same_as(v.args[1]):
+                ch["res"] = v.args[1] if v.args[0].same_as(cur) else v.args[0]
+                stage = 2
+            elif cl is not None and (v.args[0].same_as(cur) if name != "relax.call_tir"
+                                     else v.args[1].fields[0].same_as(cur)):
+                kind, val = cl
+                lo, hi = ch["lo"], ch["hi"]
+                if kind == "clip":
+                    lo = val[0] if lo is None else max(lo, val[0])
+                    hi = val[1] if hi is None else min(hi, val[1])
+                elif kind == "max":
+                    lo = val if lo is None else max(lo, val)
+                else:
+                    hi = val if hi is None else min(hi, val)
+                ch["lo"], ch["hi"] = lo, hi
+                stage = 3
+            else:
+                break
+            absorbed.add(j)
+            ch["end"] = j
+            cur = bindings[j].var
+        chains[ch["end"]] = ch
+        absorbed.add(i)
+
+    nconv = 0
+    for i, b in enumerate(bindings):
+        e = b.value
+        out_shape = _shape(b.var)
+        if i in chains:
+            ch = chains[i]
+            conv = bindings[ch["conv"]].value
+            a = conv.attrs
+            w = const_value(conv.args[1]).astype("float32")
+            ishape = _shape(conv.args[0])
+            pad = tuple(int(p) for p in a.padding)
+            if len(pad) == 2:
+                pad = (pad[0], pad[1], pad[0], pad[1])
+            spec = ConvSpec(batch=ishape[0], in_channels=ishape[1], height=ishape[2], width=ishape[3],
+                            out_channels=w.shape[0], kernel=(w.shape[2], w.shape[3]),
+                            stride=tuple(int(s) for s in a.strides), padding=pad, groups=int(a.groups),
+                            bias=ch["bias"] is not None, residual=ch["res"] is not None,
+                            clip_lo=ch["lo"], clip_hi=ch["hi"])
+            ins = [producer[conv.args[0]]] + ([producer[ch["res"]]] if ch["res"] is not None else [])
+            name = f"conv{nconv}"
+            onnx_name = onnx_conv_names[nconv] if nconv < len(onnx_conv_names) else ""
+            nconv += 1
+            layers[name] = Layer(name, "conv", "conv2d", tuple(ins), spec.out_shape, conv=spec, weight=w,
+                                 bias=ch["bias"], binding=i,
+                                 absorbed=tuple(sorted(j for j in range(ch["conv"], i + 1)
+                                                       if j in absorbed and j != i)),
+                                 onnx_name=onnx_name)
+            producer[b.var] = name
+            continue
+        if i in absorbed:
+            continue
+        vin = []
+        for v in _vars_in(e, rx):
+            if v not in vin:
+                vin.append(v)
+        for v in vin:
+            if v not in producer:
+                raise UnsupportedModel(f"value {v.name} is used before it is defined")
+        in_shapes = [_shape(v) for v in vin]
+        lay = _agnostic_layouts(e, in_shapes, out_shape, rx) if isinstance(e, rx.Call) else (layouts.NCHW,)
+        name = f"{(_op_name(e) or type(e).__name__).split('.')[-1]}{i}"
+        if _op_name(e) == "relax.call_tir":
+            name = f"{e.args[0].name_hint}{i}"
+        layers[name] = Layer(name, "agnostic" if len(lay) > 1 else "fixed", _op_name(e) or type(e).__name__,
+                             tuple(producer[v] for v in vin), out_shape, layouts=lay, binding=i)
+        producer[b.var] = name
+
+    ret_vars = _vars_in(ret, rx)
+    if len(ret_vars) != 1 or not isinstance(ret, rx.Var):
+        raise UnsupportedModel("graphselect supports models with a single tensor output")
+    layers["output"] = Layer("output", "output", "output", (producer[ret],), _shape(ret))
+
+    g = nx.DiGraph()
+    g.add_nodes_from(layers)
+    for name, layer in layers.items():
+        for port, src in enumerate(layer.inputs):
+            if g.has_edge(src, name):
+                g.edges[src, name]["ports"].append(port)
+            else:
+                g.add_edge(src, name, ports=[port])
+    return LayerGraph(layers=layers, graph=g, func=func, output="output")
+
+
+def ops_summary(lg: LayerGraph) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for l in lg.layers.values():
+        out[l.op] = out.get(l.op, 0) + 1
+    return out
+
+
+def weight_megabytes(lg: LayerGraph) -> float:
+    return sum(l.weight.nbytes for l in lg.convs if l.weight is not None) / 2**20
+
+

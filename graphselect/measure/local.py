@@ -1,0 +1,123 @@
+"""Time kernels on this machine with TVM's ``time_evaluator``.
+
+Cold timing flushes every argument but the first (the input) from the cache before each run:
+weights cold, input warm, as in a running network whose weights do not stay in cache. The flush
+happens once per repeat, so cold timing uses ``number=1`` and many repeats. Kernels are timed in
+interleaved rounds (each round visits every kernel) and each result is the median over rounds,
+so a burst of noise on this shared machine hits all candidates alike.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .store import Context, Measurement, RecordStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    workload: str
+    candidate: str
+    build: Callable[[], list]      # -> the scheduled PrimFuncs whose times add up to this job's cost
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    rounds: int = 3
+    cold_repeat: int = 20          # per round; number=1 each
+    warm_number: int = 10
+    warm_repeat: int = 2           # per round
+
+
+def _random_args(func, dev, rng):
+    import tvm
+    args = []
+    for p in func.params:
+        buf = func.buffer_map[p]
+        shape = [int(s) for s in buf.shape]
+        args.append(tvm.runtime.tensor(rng.standard_normal(shape).astype(buf.dtype), dev))
+    return args
+
+
+def _compile(func, target):
+    import tvm
+    func = func.with_attr("global_symbol", "main")
+    return tvm.compile(tvm.IRModule({"main": func}), target=target)
+
+
+def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing: TimingConfig = TimingConfig(),
+            progress: Callable[[int, int, str], None] | None = None, batch: int = 48) -> dict[tuple[str, str], Measurement]:
+    """Measure ``jobs`` not already in ``store``; return a Measurement per (workload, candidate)."""
+    import tvm
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    out: dict[tuple[str, str], Measurement] = {}
+    todo = []
+    for j in jobs:
+        key = (j.workload, j.candidate)
+        if key in out:
+            continue
+        rec = store.get(ctx, *key)
+        if rec is not None:
+            out[key] = rec
+        else:
+            todo.append(j)
+    done = len(jobs) - len(todo)
+    total = len(jobs)
+    if progress:
+        progress(done, total, f"{done} reused from the record store")
+    for start in range(0, len(todo), batch):
+        built = []        # (job, [(runtime module, args)], build seconds)
+        for j in todo[start:start + batch]:
+            t0 = time.perf_counter()
+            try:
+                kernels = []
+                for f in j.build():
+                    ex = _compile(f, target)
+                    args = _random_args(f, dev, rng)
+                    ex["main"](*args)             # also catches kernels that crash on first run
+                    kernels.append((ex, args))
+                built.append((j, kernels, time.perf_counter() - t0))
+            except Exception as e:  # noqa: BLE001 - a failing candidate is a value, not a crash
+                msg = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+                log.info("candidate %s on %s failed: %s", j.candidate, j.workload, msg)
+                m = Measurement(j.workload, j.candidate, math.inf, math.inf, msg, time.perf_counter() - t0)
+                store.put(ctx, m)
+                out[(j.workload, j.candidate)] = m
+                done += 1
+                if progress:
+                    progress(done, total, f"{j.candidate} failed")
+            else:
+                if progress:
+                    progress(done, total, f"built {j.candidate}")
+        cold = {id(b): [] for b in built}
+        warm = {id(b): [] for b in built}
+        for _ in range(timing.rounds):
+            for b in built:
+                _, kernels, _ = b
+                c = w = 0.0
+                for ex, args in kernels:
+                    fc = ex.mod.time_evaluator("main", dev, number=1, repeat=timing.cold_repeat,
+                                               f_preproc="cache_flush_cpu_non_first_arg")
+                    fw = ex.mod.time_evaluator("main", dev, number=timing.warm_number, repeat=timing.warm_repeat)
+                    c += float(np.median(fc(*args).results))
+                    w += float(np.median(fw(*args).results))
+                cold[id(b)].append(c * 1e3)
+                warm[id(b)].append(w * 1e3)
+        for b in built:
+            j, _, bs = b
+            m = Measurement(j.workload, j.candidate, float(np.median(cold[id(b)])), float(np.median(warm[id(b)])),
+                            None, bs)
+            store.put(ctx, m)
+            out[(j.workload, j.candidate)] = m
+            done += 1
+            if progress:
+                progress(done, total, f"timed {j.candidate}")
+    return out

@@ -1,0 +1,75 @@
+"""Apply an assignment to the Relax module: every selected conv becomes a ``call_tir`` to its
+scheduled PrimFunc (epilogue fused, weights pre-packed), layout-agnostic ops run in their chosen
+layout, and ``layout_transform``s appear only where a producer's layout differs from what a
+consumer needs."""
+from __future__ import annotations
+
+import logging
+
+from ..graph import layouts
+from ..graph.layers import LayerGraph
+from .emit import emit_agnostic, emit_conv, subst, transform
+
+log = logging.getLogger(__name__)
+
+
+def apply(lg: LayerGraph, selection: dict, target):
+    """Return the annotated IRModule for ``selection`` (conv layer name -> Candidate,
+    agnostic layer name -> layout; other layers run in NCHW)."""
+    from tvm import relax as rx, tirx
+    import tvm
+
+    func = lg.func
+    bindings = list(func.body.blocks[0].bindings)
+    base = tvm.IRModule({gv: f for gv, f in lg.extra["module"].functions_items()
+                         if isinstance(f, tirx.PrimFunc)})
+    bb = rx.BlockBuilder(base)
+    by_binding = {l.binding: l for l in lg.layers.values() if l.binding >= 0}
+    var_of = {}                      # layer name -> original relax var
+    param = func.params[0]
+    var_of["input"] = param
+    for l in lg.layers.values():
+        if l.binding >= 0:
+            var_of[l.name] = bindings[l.binding].var
+    avail: dict[str, dict[str, object]] = {"input": {layouts.NCHW: param}}
+    ntransforms = [0]
+
+    def get(src: str, layout: str):
+        have = avail[src]
+        if layout in have:
+            return have[layout]
+        from_layout = next(iter(have))
+        v = transform(bb, have[from_layout], from_layout, layout)
+        ntransforms[0] += 1
+        have[layout] = v
+        return v
+
+    with bb.function("main", [param], attrs={"num_input": 1}):
+        with bb.dataflow():
+            for i, b in enumerate(bindings):
+                layer = by_binding.get(i)
+                if layer is None:
+                    continue          # absorbed into a conv layer's epilogue
+                if layer.kind == "conv":
+                    cand = selection[layer.name]
+                    data = get(layer.inputs[0], cand.in_layout)
+                    res = get(layer.inputs[1], cand.out_layout) if layer.conv.residual else None
+                    v = emit_conv(bb, layer, cand, f"{layer.name}_{cand.family}", target, data, res)
+                    avail[layer.name] = {cand.out_layout: v}
+                    continue
+                layout = selection.get(layer.name, layouts.NCHW) if layer.kind == "agnostic" else layouts.NCHW
+                env = {var_of[src]: get(src, layout) for src in layer.inputs}
+                if layer.kind == "agnostic":
+                    v = emit_agnostic(bb, layer, b.value, layout, env)
+                else:
+                    v = bb.emit(subst(b.value, env))
+                avail[layer.name] = {layout: v}
+            out = bb.emit_output(get(lg.layers[lg.output].inputs[0], layouts.NCHW))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    log.debug("rewrite: %d layout transforms inserted", ntransforms[0])
+    return mod
+
+
+def count_transforms(mod) -> int:
+    return mod["main"].script().count("R.layout_transform(")
