@@ -264,7 +264,7 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
         stage = 0
         while True:
             us = users.get(cur, [])
-            if len(us) != 1 or cur in out_vars:
+            if len(us) != 1 or cur in out_vars or us[0] in absorbed:
                 break
             j = us[0]
             v = bindings[j].value

@@ -40,9 +40,9 @@ def _random_args(func, dev, rng):
     import tvm
     args = []
     for p in func.params:
-        buf = func.buffer_map[p]
+        buf = p.ty                     # TVM 0.27: parameters carry their buffer type
         shape = [int(s) for s in buf.shape]
-        args.append(tvm.runtime.tensor(rng.standard_normal(shape).astype(buf.dtype), dev))
+        args.append(tvm.runtime.tensor(rng.standard_normal(shape).astype(str(buf.dtype)), dev))
     return args
 
 
@@ -88,8 +88,8 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
             except Exception as e:  # noqa: BLE001 - a failing candidate is a value, not a crash
                 msg = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
                 log.info("candidate %s on %s failed: %s", j.candidate, j.workload, msg)
+                # failures are not stored: the next run (maybe with a fixed TVM) tries again
                 m = Measurement(j.workload, j.candidate, math.inf, math.inf, msg, time.perf_counter() - t0)
-                store.put(ctx, m)
                 out[(j.workload, j.candidate)] = m
                 done += 1
                 if progress:

@@ -1,0 +1,260 @@
+"""The Python API: ``graphselect.optimize`` runs every stage of DESIGN.md on one model."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import BuildError, GraphSelectError
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int, str], None]   # (stage, done, total, message)
+TOLERANCE = 1e-4      # max |tvm - onnxruntime| / max |onnxruntime|
+
+
+@dataclass(eq=False)
+class OptimizeResult:
+    """What :func:`optimize` returns.
+
+    Attributes
+    ----------
+    module : tvm.IRModule
+        The annotated Relax module: each conv is a ``call_tir`` to a PrimFunc whose attributes
+        ``graphselect.family``, ``graphselect.params``, ``graphselect.in_layout``,
+        ``graphselect.out_layout`` and ``graphselect.weight_layout`` name its implementation.
+    assignment : dict
+        Layer name -> chosen candidate key (conv) or layout (other layers).
+    report : dict
+        Everything measured and decided (what ``report.json`` holds).
+    """
+    module: object
+    assignment: dict
+    report: dict
+    executable: object = None
+    target: object = None
+    input_name: str = "input"
+    input_shape: tuple = ()
+    extra: dict = field(default_factory=dict)
+
+    def build(self):
+        """Compile (once) and return the VM executable."""
+        if self.executable is None:
+            from .rewrite.build import build
+            self.executable = build(self.module, self.target)
+        return self.executable
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """Run the optimized network on one input array."""
+        import tvm
+        from tvm import relax
+        x = np.ascontiguousarray(x, dtype="float32")
+        if tuple(x.shape) != tuple(self.input_shape):
+            raise GraphSelectError(f"input shape {tuple(x.shape)} != the model's {tuple(self.input_shape)}")
+        vm = self.extra.get("vm")
+        if vm is None:
+            vm = self.extra["vm"] = relax.VirtualMachine(self.build(), tvm.cpu())
+        return vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+
+    def export(self, outdir: str | os.PathLike) -> dict[str, Path]:
+        """Write the compiled library, the annotated module (TVMScript) and the reports.
+
+        Files are written to temporary names and renamed, so an interrupted export never leaves
+        a half-written file under the final name.
+        """
+        from .report import write_reports
+        out = Path(outdir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"library": out / "model.so", "module": out / "module.py"}
+        tmp = out / ".model.so.partial.so"
+        self.build().export_library(str(tmp))
+        os.replace(tmp, paths["library"])
+        _atomic_write(paths["module"], self.module.script(show_meta=False))
+        paths.update(write_reports(self.report, out))
+        return paths
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name("." + path.name + ".partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _quiet(*_a, **_k):
+    pass
+
+
+def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
+             input_shape: dict | tuple | None = None, solver: str = "cp-sat", families=None,
+             cache: str | os.PathLike | None | bool = True, time_limit: float = 30.0, verify: bool = True,
+             benchmark_runs: int = 30, timing=None, progress: Progress | None = None,
+             name: str | None = None) -> OptimizeResult:
+    """Optimize an ONNX CNN for this CPU.
+
+    Parameters
+    ----------
+    model : str, Path, bytes or onnx.ModelProto
+        The model (a path, serialized bytes or a loaded proto).
+    target : str or dict
+        ``"llvm"`` (this CPU) or ``"llvm -mcpu=NAME"``; only this machine's CPU can be measured.
+    threads : int, optional
+        Threads for measurement and inference (default: the CPUs this process may use).
+    input_shape : dict or tuple, optional
+        Fixes a dynamic input shape, e.g. ``(1, 3, 224, 224)`` or ``{"x": (1, 3, 224, 224)}``.
+    solver : {"cp-sat", "greedy", "brute"}
+    families : sequence of str, optional
+        Candidate families to consider (default: all).
+    cache : path, True or None
+        The SQLite record store: True for the default under the user's cache folder, a path,
+        or None to keep records in memory only.
+    verify : bool
+        Compare the built network with onnxruntime (raises BuildError beyond 1e-4 relative error).
+    benchmark_runs : int
+        Runs for the end-to-end time of graphselect and onnxruntime (0 to skip).
+
+    Returns
+    -------
+    OptimizeResult
+
+    Examples
+    --------
+    >>> import graphselect, models
+    >>> r = graphselect.optimize(models.build("tiny"), cache=None, benchmark_runs=0)  # doctest: +SKIP
+    >>> r.run(np.zeros(r.input_shape, "float32")).shape                               # doctest: +SKIP
+    (1, 10)
+    """
+    from .target import parse_target
+    spec = parse_target(target, threads=threads)
+    # TVM's thread pool reads this when it starts; set it before any TVM kernel runs
+    os.environ["TVM_NUM_THREADS"] = str(spec.threads)
+    progress = progress or _quiet
+    if timing is None:
+        from .measure.local import TimingConfig
+        timing = TimingConfig()
+
+    import onnx
+    import tvm
+    from costmodels.problem import Assignment
+    from .frontend import onnx_prep
+    from .frontend.relax_import import import_onnx
+    from .graph.layers import extract
+    from .measure import plan as plan_mod
+    from .measure.local import measure
+    from .measure.store import Context, RecordStore, default_path
+    from .rewrite.apply import apply, count_transforms
+    from .report import make_report
+    from . import solve as solve_mod
+    from .target import cpu_model
+
+    t_start = time.perf_counter()
+    stage_s: dict[str, float] = {}
+
+    def lap(stage: str, t0: float) -> float:
+        stage_s[stage] = round(time.perf_counter() - t0, 3)
+        return time.perf_counter()
+
+    t0 = time.perf_counter()
+    progress("import", 0, 1, "loading the model")
+    original = onnx_prep.load_model(model)
+    if isinstance(input_shape, (tuple, list)):
+        input_shape = {_first_input(original): tuple(int(v) for v in input_shape)}
+    prepared = onnx_prep.prepare(original, input_shapes=input_shape)
+    onnx_convs = tuple(n.name or n.output[0] for n in prepared.model.graph.node if n.op_type == "Conv")
+    mod = import_onnx(prepared.model, prepared.input_name, prepared.input_shape)
+    lg = extract(mod, onnx_conv_names=onnx_convs)
+    lg.extra["module"] = mod
+    tvm_target = spec.tvm_target()
+    progress("import", 1, 1, f"{len(lg.convs)} conv layers, {len(lg.layers)} layers")
+    t0 = lap("import", t0)
+
+    store = RecordStore(default_path() if cache is True else cache) if cache not in (None, False) else RecordStore(None)
+    ctx = Context(target=spec.key, cpu=cpu_model(), threads=spec.threads, tvm=tvm.__version__)
+    plan = plan_mod.make_plan(lg, tvm_target, families)
+    reused_before = sum(1 for j in {(j.workload, j.candidate) for j in plan.jobs} if store.get(ctx, *j) is not None)
+    meas = measure(list(plan.jobs), target=tvm_target, ctx=ctx, store=store, timing=timing,
+                   progress=lambda d, n, m: progress("measure", d, n, m))
+    t0 = lap("measure", t0)
+
+    problem = plan_mod.make_problem(lg, plan, meas)
+    assignment: Assignment = solve_mod.solve(problem, method=solver, time_limit=time_limit)
+    greedy = solve_mod.solve(problem, method="greedy") if solver != "greedy" else assignment
+    progress("solve", 1, 1, f"{solver}: predicted {assignment.cost:.3f} ms "
+             f"({'optimal' if assignment.optimal else 'not proven optimal'})")
+    t0 = lap("solve", t0)
+
+    selection = plan_mod.selection_from(lg, plan, assignment.choice)
+    annotated = apply(lg, selection, tvm_target)
+    result = OptimizeResult(module=annotated, assignment={}, report={}, target=tvm_target,
+                            input_name=prepared.input_name, input_shape=prepared.input_shape)
+    progress("build", 0, 1, "compiling the selected network")
+    result.build()
+    t0 = lap("build", t0)
+
+    x = np.random.default_rng(0).standard_normal(prepared.input_shape).astype("float32")
+    ort_bytes = _with_shape(original, prepared).SerializeToString()
+    err = None
+    sess = None
+    if verify or benchmark_runs:
+        from .measure.e2e import ort_session
+        sess = ort_session(ort_bytes, spec.threads)
+    if verify:
+        progress("verify", 0, 1, "comparing with onnxruntime")
+        ref = sess.run(None, {prepared.input_name: x})[0]
+        got = result.run(x)
+        if got.shape != ref.shape:
+            raise BuildError(f"output shape {got.shape} differs from onnxruntime's {ref.shape}")
+        err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+        if not np.isfinite(err) or err > TOLERANCE:
+            raise BuildError(f"outputs differ from onnxruntime: max relative error {err:.2e} > {TOLERANCE:g}")
+        t0 = lap("verify", t0)
+    times = {}
+    if benchmark_runs:
+        from .measure.e2e import compare, median, ort_runner, vm_runner
+        progress("benchmark", 0, 1, f"timing end to end ({benchmark_runs} runs each)")
+        ts = compare({"graphselect": vm_runner(result.build(), x),
+                      "onnxruntime": ort_runner(sess, prepared.input_name, x)}, runs=benchmark_runs)
+        times = {k: median(v) for k, v in ts.items()}
+        t0 = lap("benchmark", t0)
+    stage_s["total"] = round(time.perf_counter() - t_start, 3)
+
+    result.assignment = {n: (s.key if hasattr(s, "key") else s) for n, s in selection.items()}
+    result.report = make_report(
+        name=name or _model_name(model, original), lg=lg, plan=plan, meas=meas, problem=problem,
+        assignment=assignment, greedy=greedy, spec=spec, ctx=ctx, prepared=prepared,
+        transforms=count_transforms(annotated), max_rel_err=err, times=times, stage_seconds=stage_s,
+        records={"jobs": len({(j.workload, j.candidate) for j in plan.jobs}), "reused": reused_before,
+                 "store": str(store.path) if store.path else None})
+    result.extra.update(lg=lg, plan=plan, problem=problem, solution=assignment, greedy=greedy,
+                        measurements=meas, prepared=prepared)
+    store.close()
+    return result
+
+
+def _first_input(m) -> str:
+    inits = {i.name for i in m.graph.initializer}
+    return next(i.name for i in m.graph.input if i.name not in inits)
+
+
+def _with_shape(original, prepared):
+    """The user's model with the input shape graphselect used (for onnxruntime)."""
+    import onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(original)
+    for i in m.graph.input:
+        if i.name == prepared.input_name:
+            dims = i.type.tensor_type.shape.dim
+            for d, v in zip(dims, prepared.input_shape):
+                d.Clear()
+                d.dim_value = int(v)
+    return m
+
+
+def _model_name(model, proto) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        return Path(model).stem
+    return proto.graph.name or "model"

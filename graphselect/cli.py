@@ -1,0 +1,154 @@
+"""Command line: ``graphselect optimize MODEL``, ``graphselect zoo list|build``."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from .errors import GraphSelectError
+
+
+class _Progress:
+    """One updating line on a terminal; a line per stage change and every ~10% otherwise."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last_stage = None
+        self.last_pct = -1
+        self.t0 = time.perf_counter()
+
+    def __call__(self, stage: str, done: int, total: int, msg: str) -> None:
+        el = time.perf_counter() - self.t0
+        pct = int(100 * done / total) if total else 100
+        line = f"[{el:6.1f}s] {stage:9s} {done}/{total} {msg}"
+        if self.tty:
+            self.stream.write("\r\033[K" + line[:150])
+            if stage != self.last_stage and self.last_stage is not None:
+                pass
+            self.stream.flush()
+        elif stage != self.last_stage or pct // 10 != self.last_pct // 10 or done == total:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        self.last_stage, self.last_pct = stage, pct
+
+    def close(self):
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _parse_shape(text: str | None):
+    if not text:
+        return None
+    name, _, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        raise GraphSelectError(f"--input-shape {text!r}: expected NAME:1,3,224,224 or 1,3,224,224") from None
+    return {name: shape} if name else shape
+
+
+def _resolve_model(arg: str):
+    """A path to an .onnx file, or the name of a zoo model."""
+    p = Path(arg)
+    if p.exists():
+        return str(p), p.stem
+    import models
+    if arg in models.ZOO:
+        return models.build(arg), arg
+    if p.suffix.lower() == ".onnx" or os.sep in arg:
+        raise GraphSelectError(f"model file not found: {arg}")
+    raise GraphSelectError(f"{arg!r} is neither a file nor a zoo model; zoo models: {', '.join(models.ZOO)}")
+
+
+def cmd_optimize(a) -> int:
+    from .api import optimize
+    from .report.terminal import summary_table
+    model, name = _resolve_model(a.model)
+    outdir = Path(a.output or os.path.join("graphselect-out", name))
+    cache = None if a.no_cache else (a.cache or True)
+    prog = _Progress()
+    try:
+        res = optimize(model, target=a.target, threads=a.threads, input_shape=_parse_shape(a.input_shape),
+                       solver=a.solver, families=a.families.split(",") if a.families else None, cache=cache,
+                       time_limit=a.time_limit, verify=not a.no_verify, benchmark_runs=a.runs,
+                       progress=prog, name=name)
+    finally:
+        prog.close()
+    paths = res.export(outdir)
+    print(summary_table(res.report))
+    print()
+    for k, p in paths.items():
+        print(f"{k:12s} {p}")
+    return 0
+
+
+def cmd_zoo(a) -> int:
+    import models
+    if a.zoo_cmd == "list":
+        for name, desc in models.list_models():
+            print(f"{name:16s} {desc}")
+        return 0
+    if a.name not in models.ZOO:
+        raise GraphSelectError(f"unknown zoo model {a.name!r}; known: {', '.join(models.ZOO)}")
+    out = Path(a.output or f"{a.name}.onnx")
+    tmp = out.with_name("." + out.name + ".partial")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    models.save(a.name, tmp, batch=a.batch, image_size=a.image_size, seed=a.seed)
+    os.replace(tmp, out)
+    print(out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="graphselect", description=__doc__)
+    ap.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("optimize", help="measure, select and build an ONNX CNN for this CPU")
+    o.add_argument("model", help="path to an .onnx file, or a zoo model name (see `graphselect zoo list`)")
+    o.add_argument("--target", default="llvm", help="llvm (this CPU, default) or 'llvm -mcpu=NAME'")
+    o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
+    o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")
+    o.add_argument("--input-shape", help="fix a dynamic input shape: NAME:1,3,224,224")
+    o.add_argument("--solver", default="cp-sat", choices=["cp-sat", "greedy", "brute"])
+    o.add_argument("--families", help="comma-separated candidate families (default: all)")
+    o.add_argument("--cache", help="record store path (default: the user's cache folder)")
+    o.add_argument("--no-cache", action="store_true", help="keep measurements in memory only")
+    o.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds")
+    o.add_argument("--runs", type=int, default=30, help="end-to-end timing runs (0 to skip)")
+    o.add_argument("--no-verify", action="store_true", help="skip the comparison with onnxruntime")
+    o.set_defaults(func=cmd_optimize)
+    z = sub.add_parser("zoo", help="built-in models")
+    zs = z.add_subparsers(dest="zoo_cmd", required=True)
+    zs.add_parser("list", help="list the models")
+    zb = zs.add_parser("build", help="write a model as ONNX")
+    zb.add_argument("name")
+    zb.add_argument("-o", "--output", help="file to write (default NAME.onnx)")
+    zb.add_argument("--batch", type=int, default=1)
+    zb.add_argument("--image-size", type=int, default=None)
+    zb.add_argument("--seed", type=int, default=0)
+    z.set_defaults(func=cmd_zoo)
+    return ap
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(a.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return a.func(a)
+    except GraphSelectError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: measurements taken so far are kept in the record store; nothing was "
+              "written to the output folder", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

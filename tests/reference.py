@@ -1,0 +1,28 @@
+"""Numpy references the tests check kernels against."""
+import numpy as np
+
+
+def conv2d_nchw(x, w, *, stride=(1, 1), padding=(0, 0, 0, 0), bias=None, residual=None, lo=None, hi=None):
+    pt, pl, pb, pr = padding
+    xp = np.pad(x.astype("float64"), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    n, _, h, wd = xp.shape
+    o, _, kh, kw = w.shape
+    sh, sw = stride
+    oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
+    y = np.zeros((n, o, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("nchw,oc->nohw", xp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw], w[:, :, i, j])
+    if bias is not None:
+        y += bias[None, :, None, None]
+    if residual is not None:
+        y += residual
+    if lo is not None:
+        y = np.maximum(y, lo)
+    if hi is not None:
+        y = np.minimum(y, hi)
+    return y
+
+
+def rel_err(got, ref) -> float:
+    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))

@@ -1,0 +1,81 @@
+"""Every candidate of every family, built and run, against a numpy convolution."""
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from graphselect import candidates
+from graphselect.graph import layouts
+from graphselect.graph.layers import ConvSpec
+from graphselect.target import parse_target
+from tests.reference import conv2d_nchw, rel_err
+
+TARGET = parse_target("llvm", threads=2).tvm_target()
+
+SPECS = [
+    # 3x3 stride 1 with every epilogue fused, spatial size no tile divides evenly
+    ConvSpec(1, 16, 13, 13, 32, (3, 3), (1, 1), (1, 1, 1, 1), bias=True, residual=True, clip_lo=0.0),
+    # stem-like: 3 input channels, 7x7 stride 2, ReLU6
+    ConvSpec(1, 3, 20, 20, 16, (7, 7), (2, 2), (3, 3, 3, 3), bias=True, clip_lo=0.0, clip_hi=6.0),
+    # 1x1 stride 2 downsample, no epilogue at all
+    ConvSpec(1, 32, 8, 8, 64, (1, 1), (2, 2), (0, 0, 0, 0)),
+    # asymmetric padding, rectangular input, non-square kernel
+    ConvSpec(2, 8, 9, 12, 16, (3, 1), (1, 1), (1, 0, 0, 0), bias=True),
+]
+
+
+def _run(cand, spec, x, w, b, r):
+    fam = candidates.family(cand)
+    f = fam.build(cand, spec, TARGET, "main")
+    ex = tvm.compile(tvm.IRModule({"main": f}), target=TARGET)
+    dev = tvm.cpu()
+    args = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, w, b)
+    if r is not None:
+        args.append(layouts.pack(r, cand.out_layout))
+    out = tvm.runtime.tensor(np.zeros(layouts.shape_in(spec.out_shape, cand.out_layout), "float32"), dev)
+    ex["main"](*[tvm.runtime.tensor(a, dev) for a in args], out)
+    return layouts.unpack(out.numpy(), cand.out_layout), f
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe() + " " + s.epilogue)
+def test_every_candidate_matches_numpy(spec):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(spec.in_shape).astype("float32")
+    w = rng.standard_normal((spec.out_channels, spec.in_channels) + spec.kernel).astype("float32")
+    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
+    r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+    ref = conv2d_nchw(x, w, stride=spec.stride, padding=spec.padding, bias=b, residual=r,
+                      lo=spec.clip_lo, hi=spec.clip_hi)
+    cands = candidates.propose(spec)
+    assert {c.family for c in cands} == {"direct", "nchwc"}
+    for c in cands:
+        got, f = _run(c, spec, x, w, b, r)
+        assert got.shape == ref.shape
+        assert rel_err(got, ref) < 1e-5, c.key
+        attrs = f.attrs
+        assert attrs["graphselect.family"] == c.family
+        assert attrs["graphselect.in_layout"] == c.in_layout
+        assert attrs["graphselect.out_layout"] == c.out_layout
+        assert int(attrs["op_pattern"]) == 8
+
+
+@pytest.mark.parametrize("spec", SPECS[:3], ids=lambda s: s.describe())
+def test_weight_bytes_are_the_packed_constants(spec):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((spec.out_channels, spec.in_channels) + spec.kernel).astype("float32")
+    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
+    for c in candidates.propose(spec):
+        packed = candidates.family(c).pack(c, spec, w, b)
+        assert c.weight_bytes == sum(a.nbytes for a in packed), c.key
+
+
+def test_nchwc_blocks_follow_channel_divisors():
+    spec = ConvSpec(1, 24, 8, 8, 40, (3, 3), (1, 1), (1, 1, 1, 1))
+    for c in candidates.propose(spec, ["nchwc"]):
+        assert 24 % c.param("ic_bn") == 0 and 40 % c.param("oc_bn") == 0
+        assert c.in_layout == f"NCHW{c.param('ic_bn')}c"
+
+
+def test_grouped_conv_gets_no_dense_candidates():
+    spec = ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1), groups=4)
+    assert candidates.propose(spec) == []
