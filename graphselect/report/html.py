@@ -1,0 +1,464 @@
+"""Render the selection report (the dict of ``report.json``) as one self-contained HTML page.
+
+Inline CSS, inline SVG plots, ``<details>`` for the per-layer candidate lists; no JavaScript and
+no external resources. Every string taken from the report goes through :func:`html.escape`; a
+missing value (None, NaN, infinity, empty string) renders as an em dash.
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+
+DASH = "—"
+
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+           "#9c755f", "#bab0ac")
+
+CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1400px;
+ padding:0 1em;color:#222}
+h1{margin:0 0 .2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+.meta{color:#555}.meta span{margin-right:1.4em}
+.summary{display:grid;grid-template-columns:max-content 1fr;gap:.25em 1.2em;background:#f6f8fa;
+ border:1px solid #d0d7de;border-radius:6px;padding:.8em 1.2em;margin:1em 0}
+.summary dt{font-weight:600;color:#444}.summary dd{margin:0}
+table{border-collapse:collapse;margin:.5em 0;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:.2em .5em;text-align:left;vertical-align:top}
+th{background:#f0f3f6;position:sticky;top:0}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.differs td{background:#fff4d6}tr.chosen td{background:#e3f2e1}tr.failed td{color:#999}
+tr.chosen.fastest td{background:#d4ecd0}
+.tag{font-size:11px;border-radius:3px;padding:0 .3em;margin-left:.3em;background:#eee}
+.tag.diff{background:#f5c542}
+details{margin:.2em 0}summary{cursor:pointer}
+.empty{color:#888;font-style:italic}.note{color:#666;font-size:12px}
+svg text{font:11px system-ui,sans-serif;fill:#333}svg .grid{stroke:#e5e5e5}
+svg .bar-conv{fill:#4e79a7}svg .bar-other{fill:#bab0ac}svg .bar-differs{fill:#f28e2b}
+svg .marker{stroke:#000;stroke-width:2}svg .chosen{fill:none;stroke:#000;stroke-width:1.5}
+"""
+
+
+class Markup(str):
+    """Already-rendered HTML: table cells and summary values insert it as is."""
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting
+
+def is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fmt(v, nd: int = 3) -> str:
+    """Plain text for a report value; DASH for anything missing."""
+    if v is None or v == "":
+        return DASH
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}" if math.isfinite(v) else DASH
+    if isinstance(v, (list, tuple)):
+        return "×".join(fmt(x, nd) for x in v) if v else DASH
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {fmt(x, nd)}" for k, x in v.items()) if v else DASH
+    return str(v)
+
+
+def esc(v, nd: int = 3) -> str:
+    """Escaped text for a value; Markup passes through unchanged."""
+    return v if isinstance(v, Markup) else html.escape(fmt(v, nd), quote=True)
+
+
+def unit(v, suffix: str, nd: int = 3) -> str:
+    return f"{v:.{nd}f} {suffix}" if is_num(v) else DASH
+
+
+def nbytes(v) -> str:
+    if not is_num(v):
+        return DASH
+    for u in ("B", "KiB", "MiB"):
+        if abs(v) < 1024:
+            return f"{v:.0f} {u}" if u == "B" else f"{v:.1f} {u}"
+        v /= 1024
+    return f"{v:.1f} GiB"
+
+
+def counts(d) -> str:
+    return ", ".join(f"{k} ×{n}" for k, n in d.items()) if isinstance(d, dict) and d else DASH
+
+
+def seconds(d) -> str:
+    if not isinstance(d, dict) or not d:
+        return DASH
+    return ", ".join(f"{k} {v:.2f} s" if is_num(v) else f"{k} {DASH}" for k, v in d.items())
+
+
+def clip(s, n: int) -> str:
+    s = fmt(s)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def num_label(v) -> str:
+    """Three significant digits (axis ticks, GFLOP); DASH when missing."""
+    return f"{v:.3g}" if is_num(v) else DASH
+
+
+# ---------------------------------------------------------------------------------------------
+# report accessors
+
+def conv_layers(report: dict) -> list[dict]:
+    return [l for l in report.get("layers") or [] if l.get("kind") == "conv"]
+
+
+def other_layers(report: dict) -> list[dict]:
+    return [l for l in report.get("layers") or [] if l.get("kind") != "conv"]
+
+
+def candidates(layer: dict) -> list[dict]:
+    return list(layer.get("candidates") or [])
+
+
+def differs(layer: dict) -> bool:
+    """The whole-graph choice is not the candidate that is fastest on its own."""
+    fa, ch = layer.get("fastest_alone"), layer.get("chosen")
+    return fa is not None and ch is not None and fa != ch
+
+
+def fastest_ms(layer: dict):
+    times = [c.get("cold_ms") for c in candidates(layer) if c.get("key") == layer.get("fastest_alone")]
+    return next((t for t in times if is_num(t)), None)
+
+
+def families(convs: list[dict]) -> list[str]:
+    seen = {str(c.get("family")) for l in convs for c in candidates(l)}
+    seen |= {str(f) for l in convs for f in (l.get("best_by_family_ms") or {})}
+    return sorted(seen)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML building blocks
+
+def table(headers, rows, *, num_cols=(), row_classes=None, cls: str = "") -> str:
+    """One table from headers and rows of values (escaped) or Markup; ``num_cols`` right-aligned."""
+    num = set(num_cols)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        rc = row_classes[i] if row_classes else ""
+        tr = f'<tr class="{esc(rc)}">' if rc else "<tr>"
+        tds = "".join(f'<td class="num">{esc(c)}</td>' if j in num else f"<td>{esc(c)}</td>"
+                      for j, c in enumerate(row))
+        body.append(f"{tr}{tds}</tr>")
+    c = f' class="{esc(cls)}"' if cls else ""
+    return f"<table{c}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def definitions(pairs) -> str:
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs)
+    return f'<dl class="summary">{items}</dl>'
+
+
+def section(title: str, content: str, note: str = "") -> str:
+    n = f'<p class="note">{esc(note)}</p>' if note else ""
+    return f"<section><h2>{esc(title)}</h2>{n}{content}</section>"
+
+
+def empty(text: str) -> str:
+    return f'<p class="empty">{esc(text)}</p>'
+
+
+def tag(text: str, cls: str = "") -> str:
+    return f'<span class="tag {esc(cls)}">{esc(text)}</span>'
+
+
+# ---------------------------------------------------------------------------------------------
+# page sections
+
+def header(r: dict) -> str:
+    inp = r.get("input") or {}
+    meta = [("input", f"{fmt(inp.get('name'))} {fmt(inp.get('shape'))}"), ("target", r.get("target")),
+            ("CPU", r.get("cpu")), ("threads", r.get("threads")), ("TVM", r.get("tvm_version"))]
+    spans = "".join(f"<span><b>{esc(k)}</b> {esc(v)}</span>" for k, v in meta)
+    return f'<header><h1>{esc(r.get("model"))}</h1><div class="meta">{spans}</div></header>'
+
+
+def ratio_text(r: dict) -> str:
+    ratio = r.get("ratio_to_onnxruntime")
+    if not is_num(ratio):
+        return DASH
+    word = "faster" if ratio < 1 else "slower" if ratio > 1 else "equal"
+    return f"{ratio:.3f}× (measured / onnxruntime; {word})"
+
+
+def solver_text(r: dict) -> str:
+    s = r.get("solver") or {}
+    opt = "optimal" if s.get("optimal") else "not proven optimal" if s.get("optimal") is False else DASH
+    gap = f"{s['gap']:.3g}" if is_num(s.get("gap")) else DASH
+    return f"{fmt(s.get('method'))}, {opt}, {unit(s.get('seconds'), 's', 2)}, gap {gap}"
+
+
+def greedy_text(r: dict) -> str:
+    g, p = (r.get("greedy") or {}).get("predicted_ms"), r.get("predicted_e2e_ms")
+    if is_num(g) and is_num(p) and g > 0:
+        return f"{unit(g, 'ms')} (whole-graph selection saves {100 * (g - p) / g:.1f}%)"
+    return unit(g, "ms")
+
+
+def records_text(r: dict) -> str:
+    rec = r.get("records") or {}
+    jobs, reused = rec.get("jobs"), rec.get("reused")
+    measured = jobs - reused if is_num(jobs) and is_num(reused) else None
+    return f"{fmt(reused)} reused, {fmt(measured)} measured (store: {fmt(rec.get('store'))})"
+
+
+def summary(r: dict) -> str:
+    err = r.get("max_rel_err")
+    pairs = [
+        ("Predicted end-to-end", unit(r.get("predicted_e2e_ms"), "ms")),
+        ("of which layout transforms", unit(r.get("predicted_transform_ms"), "ms")),
+        ("Measured end-to-end", unit(r.get("measured_e2e_ms"), "ms")),
+        ("onnxruntime", unit(r.get("onnxruntime_ms"), "ms")),
+        ("Ratio to onnxruntime", ratio_text(r)),
+        ("Greedy baseline (predicted)", greedy_text(r)),
+        ("Solver", solver_text(r)),
+        ("Layout transforms in the network", r.get("layout_transforms")),
+        ("Max relative error vs onnxruntime", f"{err:.2e}" if is_num(err) else DASH),
+        ("Conv layers", r.get("conv_layers")),
+        ("Families chosen", counts(r.get("families_chosen"))),
+        ("Stage seconds", seconds(r.get("stage_seconds"))),
+        ("Records", records_text(r)),
+        ("Folded batch norms", r.get("folded_batchnorm")),
+        ("Preparation notes", "; ".join(map(str, r.get("prepare_notes") or [])) or None),
+    ]
+    return definitions(pairs)
+
+
+def conv_row(l: dict, fams: list[str]) -> list:
+    best = l.get("best_by_family_ms") or {}
+    layouts = f"{fmt(l.get('in_layout'))} → {fmt(l.get('out_layout'))}, w {fmt(l.get('weight_layout'))}"
+    diff = Markup(tag("differs", "diff")) if differs(l) else ("no" if l.get("fastest_alone") else None)
+    return [l.get("name"), l.get("onnx_name"), l.get("shape"), l.get("epilogue"), num_label(l.get("gflop")),
+            l.get("chosen"), layouts, l.get("cost_ms"), l.get("fastest_alone"), diff,
+            *[best.get(f) for f in fams], nbytes(l.get("weight_bytes"))]
+
+
+def conv_table(convs: list[dict]) -> str:
+    if not convs:
+        return empty("no conv layers")
+    fams = families(convs)
+    headers = ["Layer", "ONNX node", "Shape", "Epilogue", "GFLOP", "Chosen", "Layouts (in → out, weight)",
+               "Cost ms", "Fastest alone", "Differs", *[f"best {f} ms" for f in fams], "Weights"]
+    num = {4, 7, *range(10, 10 + len(fams)), 10 + len(fams)}
+    return table(headers, [conv_row(l, fams) for l in convs], num_cols=num,
+                 row_classes=["differs" if differs(l) else "" for l in convs], cls="conv")
+
+
+def other_table(others: list[dict]) -> str:
+    if not others:
+        return empty("no other layers")
+    rows = [[l.get("name"), l.get("kind"), l.get("op"), l.get("onnx_name"), l.get("out_shape"),
+             l.get("layout", l.get("chosen")), l.get("cost_ms")] for l in others]
+    return table(["Layer", "Kind", "Op", "ONNX node", "Output shape", "Layout", "Cost ms"], rows,
+                 num_cols={6}, cls="other")
+
+
+def candidate_rows(l: dict):
+    cands = sorted(candidates(l), key=lambda c: (not is_num(c.get("cold_ms")), c.get("cold_ms") or 0))
+    rows, classes = [], []
+    for c in cands:
+        k = c.get("key")
+        notes = [n for n, hit in (("chosen", k == l.get("chosen")), ("fastest alone", k == l.get("fastest_alone")),
+                                  ("greedy", k == l.get("greedy"))) if hit]
+        rows.append([k, c.get("family"), c.get("cold_ms"), c.get("warm_ms"), ", ".join(notes), c.get("error")])
+        cls = ["chosen" if k == l.get("chosen") else "", "fastest" if k == l.get("fastest_alone") else "",
+               "failed" if not is_num(c.get("cold_ms")) else ""]
+        classes.append(" ".join(x for x in cls if x))
+    return rows, classes
+
+
+def candidate_details(convs: list[dict]) -> str:
+    out = []
+    for l in convs:
+        rows, classes = candidate_rows(l)
+        failed = sum(1 for c in candidates(l) if not is_num(c.get("cold_ms")))
+        head = (f"<b>{esc(l.get('name'))}</b> {esc(l.get('shape'))} — chosen {esc(l.get('chosen'))} "
+                f"({len(rows)} candidates, {failed} failed)")
+        body = table(["Candidate", "Family", "Cold ms", "Warm ms", "Role", "Error"], rows, num_cols={2, 3},
+                     row_classes=classes, cls="cands") if rows else empty("no candidates")
+        out.append(f"<details><summary>{head}</summary>{body}</details>")
+    return "".join(out) or empty("no conv layers")
+
+
+# ---------------------------------------------------------------------------------------------
+# SVG plots
+
+@dataclass(frozen=True)
+class Axis:
+    lo: float
+    hi: float
+    x0: float
+    x1: float
+    log: bool = False
+
+    def __call__(self, v: float) -> float:
+        if self.log:
+            v = max(v, self.lo)
+            f = (math.log10(v) - math.log10(self.lo)) / (math.log10(self.hi) - math.log10(self.lo))
+        else:
+            f = (v - self.lo) / (self.hi - self.lo)
+        return self.x0 + f * (self.x1 - self.x0)
+
+    def ticks(self) -> list[float]:
+        if self.log:
+            decades = range(round(math.log10(self.lo)), round(math.log10(self.hi)) + 1)
+            mult = (1, 2, 5) if len(decades) <= 3 else (1,)
+            return [m * 10.0 ** d for d in decades for m in mult if m * 10.0 ** d <= self.hi * (1 + 1e-9)]
+        step = nice(self.hi / 5)
+        return [i * step for i in range(int(self.hi / step + 1e-9) + 1)]
+
+
+def nice(x: float) -> float:
+    """The smallest of 1, 2, 2.5, 5, 10 times a power of ten that is at least ``x``."""
+    p = 10.0 ** math.floor(math.log10(x))
+    return next(m * p for m in (1, 2, 2.5, 5, 10) if m * p >= x * (1 - 1e-9))
+
+
+def make_axis(values, x0: float, x1: float, allow_log: bool = False):
+    vals = [v for v in values if is_num(v) and v > 0]
+    if not vals:
+        return None
+    lo, hi = min(vals), max(vals)
+    if allow_log and hi / lo > 20:
+        return Axis(10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi)), x0, x1, True)
+    return Axis(0.0, nice(hi), x0, x1)
+
+
+def svg(width: float, height: float, parts, label: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+            f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="{esc(label)}">'
+            + "".join(parts) + "</svg>")
+
+
+def text(x: float, y: float, s, anchor: str = "start", title=None) -> str:
+    t = f"<title>{esc(title)}</title>" if title is not None else ""
+    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{t}{esc(s)}</text>'
+
+
+def grid(axis: Axis, top: float, bottom: float, unit_label: str) -> list[str]:
+    parts = []
+    for t in axis.ticks():
+        x = axis(t)
+        parts.append(f'<line class="grid" x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"/>')
+        parts.append(text(x, top - 4, num_label(t), "middle"))
+    parts.append(text(axis.x1, top - 16, unit_label, "end"))
+    return parts
+
+
+LABEL_W, PLOT_W, RIGHT_W, ROW_H, TOP = 210, 560, 130, 16, 34
+
+
+def bar_row(i: int, l: dict, axis: Axis) -> list[str]:
+    y = TOP + i * ROW_H
+    name, cost = l.get("name"), l.get("cost_ms")
+    parts = [text(LABEL_W - 6, y + 12, clip(name, 32), "end", title=name)]
+    kind = "differs" if differs(l) else "conv" if l.get("kind") == "conv" else "other"
+    if is_num(cost):
+        w = max(axis(cost) - axis.x0, 0.5)
+        parts.append(f'<rect class="bar-{kind}" x="{axis.x0:.1f}" y="{y + 2}" width="{w:.1f}" height="{ROW_H - 4}">'
+                     f"<title>{esc(name)}: chosen {esc(l.get('chosen'))} {esc(unit(cost, 'ms'))}</title></rect>")
+    fast = fastest_ms(l)
+    if is_num(fast):
+        x = axis(fast)
+        parts.append(f'<line class="marker" x1="{x:.1f}" y1="{y + 1}" x2="{x:.1f}" y2="{y + ROW_H - 1}">'
+                     f"<title>fastest alone {esc(l.get('fastest_alone'))}: {esc(unit(fast, 'ms'))}</title></line>")
+    parts.append(text(axis.x1 + 6, y + 12, unit(cost, "ms")))
+    return parts
+
+
+def legend(items, x: float, y: float) -> list[str]:
+    """``items``: (svg snippet drawing a 10px swatch at (0, 0), label); laid out left to right."""
+    parts = []
+    for swatch, label in items:
+        parts.append(f'<g transform="translate({x:.1f},{y:.1f})">{swatch}</g>')
+        parts.append(text(x + 14, y + 9, label))
+        x += 24 + 7 * len(label)
+    return parts
+
+
+def cost_chart(layers: list[dict]) -> str:
+    axis = make_axis([l.get("cost_ms") for l in layers] + [fastest_ms(l) for l in layers],
+                     LABEL_W, LABEL_W + PLOT_W)
+    if axis is None:
+        return empty("no per-layer costs")
+    bottom = TOP + len(layers) * ROW_H
+    parts = grid(axis, TOP, bottom, "ms")
+    for i, l in enumerate(layers):
+        parts += bar_row(i, l, axis)
+    parts += legend([('<rect class="bar-conv" width="10" height="10"/>', "conv (chosen)"),
+                     ('<rect class="bar-differs" width="10" height="10"/>', "conv, differs from fastest alone"),
+                     ('<rect class="bar-other" width="10" height="10"/>', "other layer"),
+                     ('<line class="marker" x1="5" y1="0" x2="5" y2="10"/>', "fastest alone")],
+                    LABEL_W, bottom + 10)
+    return svg(LABEL_W + PLOT_W + RIGHT_W, bottom + 30, parts, "per-layer cost")
+
+
+def spread_row(i: int, l: dict, axis: Axis, colour: dict) -> list[str]:
+    y = TOP + i * ROW_H + ROW_H / 2
+    name = l.get("name")
+    parts = [text(LABEL_W - 6, y + 4, clip(name, 32), "end", title=name),
+             f'<line class="grid" x1="{axis.x0:.1f}" y1="{y:.1f}" x2="{axis.x1:.1f}" y2="{y:.1f}"/>']
+    failed = 0
+    for c in candidates(l):
+        t = c.get("cold_ms")
+        if not is_num(t) or t <= 0:
+            failed += 1
+            continue
+        x, fill = axis(t), colour.get(str(c.get("family")), "#888")
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{fill}" fill-opacity="0.65">'
+                     f"<title>{esc(c.get('key'))}: {esc(unit(t, 'ms'))}</title></circle>")
+        if c.get("key") == l.get("chosen"):
+            parts.append(f'<circle class="chosen" cx="{x:.1f}" cy="{y:.1f}" r="6"/>')
+    if failed:
+        parts.append(text(axis.x1 + 6, y + 4, f"{failed} failed"))
+    return parts
+
+
+def spread_chart(convs: list[dict]) -> str:
+    axis = make_axis([c.get("cold_ms") for l in convs for c in candidates(l)], LABEL_W, LABEL_W + PLOT_W,
+                     allow_log=True)
+    if axis is None:
+        return empty("no measured candidates")
+    colour = {f: PALETTE[i % len(PALETTE)] for i, f in enumerate(families(convs))}
+    bottom = TOP + len(convs) * ROW_H
+    parts = grid(axis, TOP, bottom, "cold ms" + (" (log scale)" if axis.log else ""))
+    for i, l in enumerate(convs):
+        parts += spread_row(i, l, axis, colour)
+    items = [(f'<circle cx="5" cy="5" r="4" fill="{c}"/>', f) for f, c in colour.items()]
+    items.append(('<circle class="chosen" cx="5" cy="5" r="5"/>', "chosen"))
+    parts += legend(items, LABEL_W, bottom + 10)
+    return svg(LABEL_W + PLOT_W + RIGHT_W, bottom + 30, parts, "candidate cold times per conv layer")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def render_html(report: dict) -> str:
+    """The whole page for one report dict (as returned by ``make_report`` or read from report.json)."""
+    r = report or {}
+    layers, convs, others = list(r.get("layers") or []), conv_layers(r), other_layers(r)
+    body = [
+        header(r),
+        summary(r),
+        section("Conv layers", conv_table(convs),
+                "Highlighted rows: the whole-graph choice differs from the candidate fastest on its own."),
+        section("Per-layer cost", cost_chart(layers),
+                "Bar: cost of the chosen implementation; black tick: cold time of the fastest candidate alone."),
+        section("Candidate spread", spread_chart(convs),
+                "Every candidate's cold time per conv layer; ringed: the chosen one."),
+        section("Other layers", other_table(others)),
+        section("Candidates per conv layer", candidate_details(convs)),
+    ]
+    title = f"graphselect report: {fmt(r.get('model'))}"
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+            + "\n".join(body) + "</body></html>\n")

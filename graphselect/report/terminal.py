@@ -1,0 +1,143 @@
+"""Plain-text summary of the selection report for the CLI: no colours, ASCII only.
+
+Missing values print as "-"; column widths come from the content and shrink (cells cut with
+"...") to keep table lines within ``width`` where the headers allow it.
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+
+MISSING = "-"
+SEP = "  "
+MIN_COL = 8          # a shrinkable column is never cut below this (or its header, if shorter)
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _ms(v, nd: int = 3) -> str:
+    return f"{v:.{nd}f} ms" if _num(v) else MISSING
+
+
+def _s(v) -> str:
+    return MISSING if v is None or v == "" else str(v)
+
+
+def _cut(s: str, w: int) -> str:
+    return s if len(s) <= w else (s[: w - 3] + "..." if w > 3 else s[:w])
+
+
+def _fit(widths: list[int], shrinkable: list[bool], mins: list[int], width: int) -> list[int]:
+    """Narrow the widest shrinkable columns, one character at a time, until the line fits."""
+    widths = list(widths)
+    excess = sum(widths) + len(SEP) * (len(widths) - 1) - width
+    while excess > 0:
+        cands = [i for i, w in enumerate(widths) if shrinkable[i] and w > mins[i]]
+        if not cands:
+            break
+        i = max(cands, key=lambda j: widths[j])
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def columns(headers: list[str], rows: list[list[str]], *, width: int, right=(), shrink=()) -> list[str]:
+    """Aligned text table: header, rule, rows. ``right``/``shrink``: column indices."""
+    n = len(headers)
+    widths = [max(len(headers[i]), *(len(r[i]) for r in rows)) if rows else len(headers[i]) for i in range(n)]
+    mins = [min(widths[i], max(MIN_COL, len(headers[i]))) for i in range(n)]
+    widths = _fit(widths, [i in shrink for i in range(n)], mins, width)
+
+    def line(cells):
+        out = [(_cut(c, w).rjust(w) if i in right else _cut(c, w).ljust(w))
+               for i, (c, w) in enumerate(zip(cells, widths))]
+        return SEP.join(out).rstrip()
+    return [line(headers), SEP.join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _conv_rows(report: dict) -> list[list[str]]:
+    rows = []
+    for l in report.get("layers") or []:
+        if l.get("kind") != "conv":
+            continue
+        fa, ch = l.get("fastest_alone"), l.get("chosen")
+        other = "" if fa == ch and fa is not None else _s(fa)
+        rows.append([_s(l.get("name")), _s(l.get("shape")), _s(l.get("epilogue")), _s(ch),
+                     f"{l['cost_ms']:.3f}" if _num(l.get("cost_ms")) else MISSING, other])
+    return rows
+
+
+def _ratio(report: dict) -> str:
+    r = report.get("ratio_to_onnxruntime")
+    if not _num(r):
+        return MISSING
+    return f"{r:.2f}x ({'faster' if r < 1 else 'slower' if r > 1 else 'same'} than onnxruntime)"
+
+
+def _solver(report: dict) -> str:
+    s = report.get("solver") or {}
+    opt = {True: "optimal", False: "not proven optimal"}.get(s.get("optimal"), MISSING)
+    secs = f"{s['seconds']:.2f} s" if _num(s.get("seconds")) else MISSING
+    gap = f", gap {s['gap']:g}" if _num(s.get("gap")) and s.get("gap") else ""
+    return f"{_s(s.get('method'))}, {opt}, {secs}{gap}"
+
+
+def _stages(report: dict) -> str:
+    st = report.get("stage_seconds") or {}
+    return ", ".join(f"{k} {v:.2f} s" if _num(v) else f"{k} {MISSING}" for k, v in st.items()) or MISSING
+
+
+def _records(report: dict) -> str:
+    rec = report.get("records") or {}
+    jobs, reused = rec.get("jobs"), rec.get("reused")
+    measured = jobs - reused if _num(jobs) and _num(reused) else None
+    return f"{_s(reused)} reused, {_s(measured)} measured"
+
+
+def _e2e(report: dict) -> list[tuple[str, str]]:
+    err = report.get("max_rel_err")
+    greedy = (report.get("greedy") or {}).get("predicted_ms")
+    return [
+        ("predicted", f"{_ms(report.get('predicted_e2e_ms'))} (greedy {_ms(greedy)}, "
+                      f"layout transforms {_ms(report.get('predicted_transform_ms'))})"),
+        ("measured", _ms(report.get("measured_e2e_ms"))),
+        ("onnxruntime", f"{_ms(report.get('onnxruntime_ms'))}, ratio {_ratio(report)}"),
+        ("solver", _solver(report)),
+        ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
+        ("max rel err", f"{err:.2e}" if _num(err) else MISSING),
+        ("stages", _stages(report)),
+        ("records", _records(report)),
+    ]
+
+
+def _labelled(pairs: list[tuple[str, str]], width: int) -> list[str]:
+    lw = max(len(k) for k, _ in pairs) + 2
+    out = []
+    for k, v in pairs:
+        out += textwrap.wrap(v, width=max(width, lw + 20), initial_indent=k.ljust(lw),
+                             subsequent_indent=" " * lw, break_on_hyphens=False) or [k]
+    return out
+
+
+def summary_table(report: dict, *, width: int = 120) -> str:
+    """Per-conv-layer table, then the end-to-end numbers, as one string (no trailing newline).
+
+    The "fastest alone" column is blank where the chosen candidate is the fastest on its own.
+    """
+    report = report or {}
+    inp = report.get("input") or {}
+    shape = "x".join(map(str, inp.get("shape") or [])) or MISSING
+    title = (f"{_s(report.get('model'))}  input {shape}  target {_s(report.get('target'))}  "
+             f"threads {_s(report.get('threads'))}")
+    rows = _conv_rows(report)
+    lines = [_cut(title, width), ""]
+    if rows:
+        lines += columns(["layer", "shape", "epilogue", "chosen", "ms", "fastest alone"], rows,
+                         width=width, right={4}, shrink={0, 1, 2, 3, 5})
+    else:
+        lines.append("no conv layers")
+    lines.append("")
+    lines += _labelled(_e2e(report), width)
+    return "\n".join(lines)

@@ -1,0 +1,303 @@
+"""The HTML page and the terminal summary rendered from a report dict (no TVM, no measurements)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+from graphselect.report.html import render_html
+from graphselect.report.terminal import summary_table
+
+DASH = "—"
+
+
+# ---------------------------------------------------------------------------------------------
+# a fake report with the keys graphselect.report.build.make_report emits
+
+def _cand(family, params, cold, warm=None, error=None):
+    key = f"{family}(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
+    return {"key": key, "family": family, "cold_ms": cold, "warm_ms": warm if warm is not None or cold is None
+            else round(cold * 0.8, 4), "error": error}
+
+
+def _conv(name, onnx_name, shape, epilogue, gflop, cands, chosen, greedy=None, in_layout="NCHW",
+          out_layout="NCHW", weight_layout="OIHW", weight_bytes=0):
+    ok = [c for c in cands if c["cold_ms"] is not None]
+    fam_best = {}
+    for c in ok:
+        fam_best[c["family"]] = min(fam_best.get(c["family"], float("inf")), c["cold_ms"])
+    ch = next(c for c in cands if c["key"] == chosen)
+    fam = ch["family"]
+    params = dict(kv.split("=") for kv in chosen[len(fam) + 1:-1].split(","))
+    return {"name": name, "kind": "conv", "op": "relax.nn.conv2d", "onnx_name": onnx_name,
+            "out_shape": [1, 16, 32, 32], "chosen": chosen, "greedy": greedy or chosen,
+            "cost_ms": ch["cold_ms"],
+            "workload": f"conv2d n1 c{shape} epi={epilogue}", "shape": shape, "epilogue": epilogue,
+            "gflop": gflop, "family": fam, "params": {k: int(v) for k, v in params.items()},
+            "in_layout": in_layout, "out_layout": out_layout, "weight_layout": weight_layout,
+            "weight_bytes": weight_bytes, "workspace_bytes": 0, "sparsity": 0.0,
+            "candidates": cands, "best_by_family_ms": fam_best,
+            "fastest_alone": min(ok, key=lambda c: c["cold_ms"])["key"] if ok else None}
+
+
+def _other(name, kind, op, layout, cost, onnx_name=""):
+    return {"name": name, "kind": kind, "op": op, "onnx_name": onnx_name, "out_shape": [1, 16, 16, 16],
+            "chosen": layout, "greedy": layout, "cost_ms": cost, "layout": layout}
+
+
+def fake_report(*, measured=True, conv0_name="conv0"):
+    c0 = [_cand("direct", {"oc_tile": 4, "vec": 8}, 0.2113), _cand("direct", {"oc_tile": 8, "vec": 8}, 0.1987),
+          _cand("nchwc", {"ic_bn": 3, "oc_bn": 8, "reg_n": 16}, 0.1542),
+          _cand("nchwc", {"ic_bn": 3, "oc_bn": 16, "reg_n": 8}, None, error="BuildError: tensorize failed")]
+    c1 = [_cand("direct", {"oc_tile": 8, "vec": 8}, 0.4410),
+          _cand("nchwc", {"ic_bn": 8, "oc_bn": 8, "reg_n": 16}, 0.2125),
+          _cand("nchwc", {"ic_bn": 16, "oc_bn": 16, "reg_n": 8}, 0.1904)]
+    c2 = [_cand("direct", {"oc_tile": 4, "vec": 4}, 0.0921),
+          _cand("nchwc", {"ic_bn": 16, "oc_bn": 16, "reg_n": 4}, 0.0613),
+          _cand("nchwc", {"ic_bn": 16, "oc_bn": 8, "reg_n": 4}, None, error="not measured")]
+    layers = [
+        # conv0: chosen is the fastest alone
+        _conv(conv0_name, "/conv1/Conv", "3->16 3x3/1 32x32", "bias+relu", 0.00885, c0,
+              "nchwc(ic_bn=3,oc_bn=8,reg_n=16)", in_layout="NCHW3c", out_layout="NCHW8c",
+              weight_layout="OIHW3i8o", weight_bytes=1792),
+        _other("maxpool0", "agnostic", "relax.nn.max_pool2d", "NCHW8c", 0.0123, "/pool/MaxPool"),
+        # conv1: whole-graph choice avoids a transform, so it is not the fastest alone
+        _conv("conv1", "/layer1/conv/Conv", "16->16 3x3/1 16x16", "bias+res+relu", 0.01180, c1,
+              "nchwc(ic_bn=8,oc_bn=8,reg_n=16)", greedy="nchwc(ic_bn=16,oc_bn=16,reg_n=8)",
+              in_layout="NCHW8c", out_layout="NCHW8c", weight_layout="OIHW8i8o", weight_bytes=9280),
+        # conv2: 1x1 conv, chosen differs too
+        _conv("conv2", "", "16->32 1x1/2 16x16", "bias", 0.00131, c2, "direct(oc_tile=4,vec=4)",
+              weight_bytes=2176),
+        _other("flatten", "fixed", "relax.reshape", "NCHW", None),
+    ]
+    convs = [l for l in layers if l["kind"] == "conv"]
+    return {
+        "schema_version": 1, "model": "tiny", "input": {"name": "input", "shape": [1, 3, 32, 32]},
+        "prepare_notes": ["folded 3 BatchNormalization nodes"], "folded_batchnorm": 3,
+        "target": "x86-avx2", "cpu": "Intel(R) Xeon(R) CPU @ 2.20GHz", "threads": 2, "tvm_version": "0.27.0",
+        "solver": {"method": "cp-sat", "optimal": True, "seconds": 0.042, "gap": 0.0, "predicted_ms": 0.5314},
+        "greedy": {"predicted_ms": 0.6021},
+        "predicted_e2e_ms": 0.5314, "predicted_transform_ms": 0.0213,
+        "measured_e2e_ms": 0.5871 if measured else None,
+        "onnxruntime_ms": 0.7012 if measured else None,
+        "ratio_to_onnxruntime": round(0.5871 / 0.7012, 4) if measured else None,
+        "layout_transforms": 2, "max_rel_err": 3.2e-7 if measured else None,
+        "conv_layers": len(convs), "families_chosen": {"nchwc": 2, "direct": 1},
+        "records": {"jobs": 14, "reused": 9, "store": "/home/u/.cache/graphselect/records.sqlite"},
+        "stage_seconds": {"import": 0.41, "measure": 12.7, "solve": 0.05, "build": 3.2, "total": 16.5},
+        "layers": layers,
+    }
+
+
+def _convs(r):
+    return [l for l in r["layers"] if l["kind"] == "conv"]
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+class _Checker(HTMLParser):
+    """Collects start/end tags, the text, and class attributes of <tr>; checks tag balance."""
+    TRACKED = {"html", "head", "body", "table", "thead", "tbody", "tr", "td", "th", "svg", "g", "details",
+               "summary", "section", "dl", "text", "title", "style", "header"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.errors, self.text, self.rows, self.scripts = [], [], [], [], 0
+        self._row = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "script":
+            self.scripts += 1
+        if tag == "tr":
+            self._row = {"class": dict(attrs).get("class") or "", "text": []}
+            self.rows.append(self._row)
+        if tag in self.TRACKED:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag not in self.TRACKED:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"unexpected </{tag}> with open {self.stack[-3:]}")
+        else:
+            self.stack.pop()
+        if tag == "tr":
+            self._row = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._row is not None:
+            self._row["text"].append(data)
+
+
+def _parse(page: str) -> _Checker:
+    p = _Checker()
+    p.feed(page)
+    p.close()
+    return p
+
+
+def _rows_of(p: _Checker, first_cell: str):
+    return [r for r in p.rows if r["text"] and r["text"][0] == first_cell]
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_html_parses_and_tags_balance(measured):
+    page = render_html(fake_report(measured=measured))
+    assert page.startswith("<!DOCTYPE html>")
+    p = _parse(page)
+    assert p.errors == [] and p.stack == []
+    for tag in ("table", "svg", "details", "tr"):
+        assert page.count(f"<{tag}") == page.count(f"</{tag}>"), tag
+    assert page.count("<details>") == 3 and page.count("<svg") == 2
+    assert p.scripts == 0
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', page), "external resource"
+
+
+def test_html_shows_layers_choices_and_summary():
+    r = fake_report()
+    text = "".join(_parse(render_html(r)).text)
+    for l in r["layers"]:
+        assert l["name"] in text
+    for l in _convs(r):
+        assert l["chosen"] in text and l["shape"] in text and l["epilogue"] in text
+        for c in l["candidates"]:
+            assert c["key"] in text
+    for s in ("tiny", "1×3×32×32", "x86-avx2", "Intel(R) Xeon(R) CPU @ 2.20GHz", "0.27.0",
+              "0.531 ms", "0.587 ms", "0.701 ms", "0.837×", "0.602 ms", "cp-sat", "optimal", "3.20e-07",
+              "nchwc ×2", "direct ×1", "measure 12.70 s", "9 reused, 5 measured", "BuildError: tensorize failed",
+              "relax.nn.max_pool2d", "NCHW8c", "1.8 KiB", "0.00885", "gap 0"):
+        assert s in text, s
+
+
+def test_html_marks_rows_where_choice_differs_from_fastest_alone():
+    p = _parse(render_html(fake_report()))
+    conv_rows = {n: _rows_of(p, n) for n in ("conv0", "conv1", "conv2")}
+    # first matching row is the conv table's (the candidate tables start with candidate keys)
+    assert "differs" not in conv_rows["conv0"][0]["class"]
+    assert "differs" in conv_rows["conv1"][0]["class"]
+    assert "differs" in conv_rows["conv2"][0]["class"]
+    # the candidate tables mark chosen and fastest
+    chosen = [r for r in p.rows if "chosen" in r["class"].split()]
+    fastest = [r for r in p.rows if "fastest" in r["class"].split()]
+    assert len(chosen) == 3 and len(fastest) == 3
+    assert any("chosen" in r["class"] and "fastest" in r["class"] for r in p.rows)     # conv0
+
+
+def test_html_missing_values_render_as_dash():
+    r = fake_report(measured=False)
+    p = _parse(render_html(r))
+    text = "".join(p.text)
+    for label in ("Measured end-to-end", "onnxruntime", "Ratio to onnxruntime", "Max relative error vs onnxruntime"):
+        i = text.index(label)
+        assert text[i + len(label):].startswith(DASH), label
+    failed = [r for r in p.rows if r["text"][:1] == ["nchwc(ic_bn=3,oc_bn=16,reg_n=8)"]]
+    assert failed and failed[0]["text"][2:4] == [DASH, DASH] and "failed" in failed[0]["class"]
+    assert _rows_of(p, "flatten")[0]["text"][-1] == DASH                 # cost None
+    assert "None" not in text and "nan" not in text.lower().split()
+
+
+def test_html_escapes_strings():
+    evil = '<script>alert("x")</script>'
+    r = fake_report(conv0_name=evil)
+    r["model"] = "m<b>&"
+    r["layers"][0]["candidates"][3]["error"] = "<img src=x onerror=alert(1)>"
+    page = render_html(r)
+    assert "<script" not in page and "<img" not in page and "m<b>&" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page and "m&lt;b&gt;&amp;" in page
+    p = _parse(page)
+    assert p.scripts == 0 and p.errors == [] and p.stack == []
+    assert evil in "".join(p.text)
+
+
+def test_html_same_from_report_json(tmp_path):
+    from graphselect.report import write_reports
+    r = fake_report(measured=False)
+    paths = write_reports(r, tmp_path)
+    loaded = json.loads(paths["report_json"].read_text())
+    assert render_html(loaded) == render_html(r) == paths["report_html"].read_text()
+    assert summary_table(loaded) == summary_table(r)
+
+
+def test_html_survives_sparse_reports():
+    for r in ({}, {"layers": []}, {"layers": [{"name": "c", "kind": "conv", "candidates": None}]},
+              {"layers": [{"name": "c", "kind": "conv", "cost_ms": float("nan"),
+                           "candidates": [{"key": "k", "family": "f", "cold_ms": None, "warm_ms": None,
+                                           "error": "boom"}]}]}):
+        p = _parse(render_html(r))
+        assert p.errors == [] and p.stack == []
+
+
+def test_html_all_equal_and_wide_spread_axes():
+    r = fake_report()
+    for l in _convs(r):
+        for c in l["candidates"]:
+            if c["cold_ms"] is not None:
+                c["cold_ms"] = 1.0
+    assert _parse(render_html(r)).errors == []
+    r["layers"][0]["candidates"][0]["cold_ms"] = 0.001            # 1000x spread: log axis
+    page = render_html(r)
+    assert "log scale" in page and _parse(page).errors == []
+
+
+# ---------------------------------------------------------------------------------------------
+# terminal
+
+def _table_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("layer"))
+    end = lines.index("", start)
+    return lines[start:end]
+
+
+def test_terminal_summary_contents():
+    r = fake_report()
+    out = summary_table(r)
+    for l in _convs(r):
+        assert l["name"] in out and l["chosen"] in out
+    assert "maxpool0" not in out                     # only conv layers are listed
+    assert "0.531 ms" in out and "0.587 ms" in out and "0.701 ms" in out and "0.84x" in out
+    assert "cp-sat, optimal" in out and "2 layout_transform ops" in out and "3.20e-07" in out
+    assert "measure 12.70 s" in out and "9 reused, 5 measured" in out
+    rows = _table_lines(out)
+    conv0 = next(l for l in rows if l.startswith("conv0"))
+    conv1 = next(l for l in rows if l.startswith("conv1"))
+    assert conv0.rstrip().endswith("0.154")          # fastest alone not repeated when it is the choice
+    assert conv1.rstrip().endswith("nchwc(ic_bn=16,oc_bn=16,reg_n=8)")
+    assert "\x1b" not in out and out.isascii()
+
+
+def test_terminal_summary_missing_values():
+    out = summary_table(fake_report(measured=False))
+    assert re.search(r"^measured\s+-$", out, re.M)
+    assert re.search(r"^onnxruntime\s+-, ratio -$", out, re.M)
+    assert re.search(r"^max rel err\s+-$", out, re.M)
+    assert summary_table({}).count("\n") > 3
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_terminal_width(width):
+    out = summary_table(fake_report(), width=width)
+    rows = _table_lines(out)
+    assert len(rows) == 2 + 3
+    assert all(len(l) <= width for l in out.splitlines()), [l for l in out.splitlines() if len(l) > width]
+    # columns are sized from content: at the default width nothing is cut
+    if width >= 120:
+        assert "..." not in "\n".join(rows)
+        assert max(len(l) for l in rows) < width
+
+
+def test_terminal_width_too_narrow_for_headers_still_renders():
+    out = summary_table(fake_report(), width=20)
+    assert "conv" in out and "predicted" in out
+
+
+def test_renderers_do_not_import_tvm():
+    code = ("import sys, graphselect.report.html, graphselect.report.terminal; "
+            "assert 'tvm' not in sys.modules, 'tvm imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
