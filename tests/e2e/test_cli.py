@@ -1,0 +1,95 @@
+"""The command line on small models, as a user runs it."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import models
+
+
+def run(*args, cwd=None, env_extra=None):
+    env = dict(os.environ, GRAPHSELECT_CACHE=str(cwd or "."), **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "graphselect.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+def test_zoo_list_and_build(tmp_path):
+    r = run("zoo", "list")
+    assert r.returncode == 0
+    for name in ("resnet18", "resnet50", "vgg11", "squeezenet1_1", "inception", "tiny"):
+        assert name in r.stdout
+    out = tmp_path / "m" / "tiny.onnx"
+    r = run("zoo", "build", "tiny", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    onnx.checker.check_model(onnx.load(out))
+    assert not list(out.parent.glob(".*partial*"))
+
+
+def test_optimize_writes_library_module_and_report(tmp_path):
+    model = tmp_path / "tiny.onnx"
+    models.save("tiny", model)
+    out = tmp_path / "out"
+    r = run("optimize", str(model), "--target", "llvm", "-o", str(out), "--runs", "5", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for f in ("model.so", "module.py", "report.json", "report.html"):
+        assert (out / f).stat().st_size > 0, f
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["conv_layers"] == 3
+    assert rep["max_rel_err"] <= 1e-4
+    assert rep["measured_e2e_ms"] > 0 and rep["onnxruntime_ms"] > 0
+    assert "conv0" in r.stdout and "predicted" in r.stdout
+    assert "measure" in r.stderr          # progress was shown
+    assert "graphselect.family" in (out / "module.py").read_text()
+    # the compiled library loads and runs on its own
+    code = ("import tvm, numpy as np; from tvm import relax; ex = tvm.runtime.load_module(%r); "
+            "vm = relax.VirtualMachine(ex, tvm.cpu()); "
+            "print(vm['main'](tvm.runtime.tensor(np.zeros((1,3,32,32),'float32'))).numpy().shape)" % str(out / "model.so"))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "(1, 10)" in p.stdout, p.stderr
+    # a second run reuses every record
+    r2 = run("optimize", str(model), "-o", str(out), "--runs", "0", "--no-verify", cwd=tmp_path)
+    assert r2.returncode == 0, r2.stderr
+    rep2 = json.loads((out / "report.json").read_text())
+    assert rep2["records"]["reused"] == rep2["records"]["jobs"]
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    r = run("optimize", str(tmp_path / "nope.onnx"))
+    assert r.returncode == 2
+    assert "model file not found" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unsupported_op_names_the_op(tmp_path):
+    g = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["c"], kernel_shape=[1, 1], name="c0"),
+                           helper.make_node("Erf", ["c"], ["y"], name="erf0")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [numpy_helper.from_array(np.ones((4, 4, 1, 1), "float32"), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "erf.onnx")
+    r = run("optimize", str(tmp_path / "erf.onnx"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "Erf" in r.stderr and "erf0" in r.stderr
+
+
+def test_dynamic_shape_needs_input_shape(tmp_path):
+    m = models.build("tiny")
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    onnx.save(m, tmp_path / "dyn.onnx")
+    r = run("optimize", str(tmp_path / "dyn.onnx"), "--no-cache", cwd=tmp_path)
+    assert r.returncode == 2 and "--input-shape" in r.stderr
+    r = run("optimize", str(tmp_path / "dyn.onnx"), "--input-shape", "input:1,3,32,32", "--runs", "0",
+            "-o", str(tmp_path / "o"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["input"]["shape"] == [1, 3, 32, 32]
+
+
+def test_foreign_target_is_refused():
+    r = run("optimize", "tiny", "--target", "cuda")
+    assert r.returncode == 2 and "llvm" in r.stderr

@@ -1,0 +1,40 @@
+import math
+
+from graphselect.measure.store import Context, Measurement, RecordStore
+
+CTX = Context(target="llvm -mcpu=znver4", cpu="AMD EPYC", threads=2, tvm="0.27.0")
+
+
+def test_roundtrip_and_reuse_across_connections(tmp_path):
+    path = tmp_path / "sub" / "records.sqlite"
+    s = RecordStore(path)
+    m = Measurement("conv2d n1 c64", "nchwc(ic_bn=16)", 0.51, 0.42, None, 0.2)
+    s.put(CTX, m)
+    s.close()
+    s2 = RecordStore(path)
+    assert s2.get(CTX, "conv2d n1 c64", "nchwc(ic_bn=16)") == m
+    assert len(s2) == 1
+
+
+def test_every_key_field_separates_records(tmp_path):
+    s = RecordStore(tmp_path / "r.sqlite")
+    s.put(CTX, Measurement("w", "c", 1.0, 0.5))
+    for other in (Context("llvm -mcpu=skylake", CTX.cpu, 2, CTX.tvm), Context(CTX.target, "Intel", 2, CTX.tvm),
+                  Context(CTX.target, CTX.cpu, 1, CTX.tvm), Context(CTX.target, CTX.cpu, 2, "0.26.0")):
+        assert s.get(other, "w", "c") is None
+    assert s.get(CTX, "w", "other") is None
+    assert s.get(CTX, "other", "c") is None
+
+
+def test_infinite_costs_survive_sqlite():
+    s = RecordStore(None)
+    s.put(CTX, Measurement("w", "c", math.inf, math.inf, "did not build"))
+    got = s.get(CTX, "w", "c")
+    assert got.cold_ms == math.inf and got.error == "did not build" and not got.ok
+
+
+def test_replace_keeps_one_row():
+    s = RecordStore(None)
+    s.put(CTX, Measurement("w", "c", 1.0, 1.0))
+    s.put(CTX, Measurement("w", "c", 2.0, 1.5))
+    assert len(s) == 1 and s.get(CTX, "w", "c").cold_ms == 2.0
