@@ -1,0 +1,209 @@
+"""Synthetic selection problems for solver tests and benchmarks (pure Python, seeded).
+
+Costs are shaped like a CNN on a CPU: a conv costs its FLOPs at ~150 GFLOP/s times a layout
+preference and noise, with occasional much faster kernels; a layout transform costs ~1 ns per
+element of the tensor it converts; elementwise ops are cheap and exist in every layout.
+Every cost is a multiple of ``quantum`` ms.
+
+``random_problem(seed)`` gives small, varied problems for brute-force checks (3-5 layouts,
+infinite-cost choices, missing transform pairs, so some are infeasible). ``chain``,
+``residual`` and ``branching`` give large networks with ~20 candidates per conv, every conv
+keeping a finite NCHW->NCHW candidate and every transform to or from NCHW existing, so they are
+always feasible.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from costmodels.problem import Choice, Edge, Node, Problem
+
+LAYOUTS = ("NCHW", "NCHW8c", "NCHW16c", "NCHW32c", "NCHW64c")
+_ALGOS = {"direct": 1.0, "im2col": 1.15, "spatial": 0.9, "winograd": 0.7}   # speed factors
+_STAGES = ((56, 64), (28, 128), (14, 256), (7, 512), (4, 1024))           # (H=W, channels)
+
+
+class _Builder:
+    """Mutable scratch space for one problem; only the frozen Problem leaves this module."""
+
+    def __init__(self, rng, layouts, *, quantum, p_inf, p_missing, keep_nchw, transform_scale=1.0):
+        self.rng, self.layouts, self.quantum = rng, layouts, quantum
+        self.p_inf, self.p_missing, self.keep_nchw = p_inf, p_missing, keep_nchw
+        self.nodes, self.edges, self.shape = [], [], []
+        self.pref = {l: f for l, f in zip(layouts, (1.3, 1.0, 0.9, 0.95, 1.05))}
+        self.tf = {(p, q): rng.uniform(0.3, 1.2) * transform_scale
+                   for p in layouts for q in layouts if p != q}           # ns per element
+
+    def ms(self, x):
+        return round(x / self.quantum) * self.quantum
+
+    def add(self, kind, choices, shape, preds):
+        v = len(self.nodes)
+        self.nodes.append(Node(f"{kind}{v}", tuple(choices)))
+        self.shape.append(shape)
+        for port, u in enumerate(preds):
+            h, c = self.shape[u]
+            table = {}
+            for (p, q), f in self.tf.items():
+                if self.rng.random() < self.p_missing and not (self.keep_nchw and LAYOUTS[0] in (p, q)):
+                    continue
+                table[p, q] = self.ms(h * h * c * f * self.rng.lognormvariate(0, 0.15) * 1e-6)
+            self.edges.append(Edge(u, v, port, table))
+        return v
+
+    def input(self, shape):
+        return self.add("input", [Choice("input", 0.0, (), LAYOUTS[0])], shape, [])
+
+    def output(self, u):
+        return self.add("output", [Choice("output", 0.0, (LAYOUTS[0],), None)], self.shape[u], [u])
+
+    def conv(self, u, cout, k=3, stride=1, n_cand=20, nchw_direct=True):
+        rng = self.rng
+        hin, cin = self.shape[u]
+        hout = max(1, hin // stride)
+        base = 2.0 * hout * hout * cin * cout * k * k / 150e9 * 1e3      # ms
+        pref = {l: self.pref[l] * rng.lognormvariate(0, 0.15) for l in self.layouts}
+        algos = [a for a in _ALGOS if a != "winograd" or k == 3]
+        fast = set(rng.sample(range(n_cand), min(n_cand, rng.randint(2, 3)))) if rng.random() < 0.3 else set()
+        choices = []
+        for i in range(n_cand):
+            if i == 0 and nchw_direct:
+                li = lo = LAYOUTS[0]
+                algo = "direct"
+            else:
+                li = rng.choice(self.layouts)
+                lo = li if rng.random() < 0.6 else rng.choice(self.layouts)
+                algo = rng.choice(algos)
+            cost = base * _ALGOS[algo] * 0.5 * (pref[li] + pref[lo]) * rng.lognormvariate(0, 0.2)
+            if i in fast:
+                cost *= rng.uniform(0.35, 0.6)
+            if rng.random() < self.p_inf and not (i == 0 and nchw_direct):
+                cost = math.inf
+            choices.append(Choice(f"{algo}_{li}_{lo}_{i}", max(self.quantum, self.ms(cost)) if cost < math.inf
+                                  else math.inf, (li,), lo, weight_bytes=4 * cin * cout * k * k))
+        return self.add("conv", choices, (hout, cout), [u])
+
+    def op(self, kind, preds, shape=None):
+        """Layout-agnostic op (relu, add, concat, pool): one choice per layout, all ports alike."""
+        shape = shape or self.shape[preds[0]]
+        h, c = shape
+        choices = []
+        for layout in self.layouts:
+            cost = h * h * c * len(preds) * 0.05e-6 * (1 + 0.3 * self.rng.random())
+            if layout != LAYOUTS[0] and self.rng.random() < self.p_inf:
+                cost = math.inf
+            choices.append(Choice(f"{kind}_{layout}", max(self.quantum, self.ms(cost)) if cost < math.inf
+                                  else math.inf, (layout,) * len(preds), layout))
+        return self.add(kind, choices, shape, preds)
+
+    def problem(self):
+        return Problem(tuple(self.nodes), tuple(self.edges))
+
+
+def random_problem(seed: int, *, max_nodes: int = 9) -> Problem:
+    """A small random network (3 to ``max_nodes`` nodes) built from convs, elementwise ops,
+    residual blocks (Add) and concat blocks, between an NCHW input and an NCHW output.
+
+    Conv candidates take random (in, out) layouts (no guaranteed NCHW kernel), choices may be
+    infinite, transform pairs may be missing, and costs are multiples of 1e-3 ms.
+    """
+    rng = random.Random(seed)
+    layouts = LAYOUTS[:rng.randint(3, 5)]
+    b = _Builder(rng, layouts, quantum=1e-3, p_inf=rng.choice((0.0, 0.1, 0.25)),
+                 p_missing=rng.choice((0.0, 0.15, 0.4)), keep_nchw=False,
+                 transform_scale=rng.choice((0.5, 2.0, 8.0)))
+    size = rng.randint(3, max_nodes)
+    u = b.input((rng.choice((28, 56)), 64))
+
+    def conv(u):
+        return b.conv(u, 64, k=rng.choice((1, 3)), n_cand=rng.randint(2, 4), nchw_direct=False)
+
+    while (room := size - 1 - len(b.nodes)) > 0:          # keep one node for the output
+        kind = rng.choice(("conv", "conv", "op", "residual", "concat"))
+        if kind == "residual" and room >= 3:
+            skip = conv(u) if room >= 4 and rng.random() < 0.3 else u
+            u = b.op("add", [skip, conv(conv(u))])
+        elif kind == "concat" and room >= 3:
+            u = b.op("concat", [conv(u) for _ in range(rng.randint(2, min(3, room - 1)))])
+        elif kind == "op":
+            u = b.op("relu", [u])
+        else:
+            u = conv(u)
+    b.output(u)
+    return b.problem()
+
+
+def _large(seed, p_inf, p_missing):
+    rng = random.Random(seed)
+    return rng, _Builder(rng, LAYOUTS, quantum=1e-4, p_inf=p_inf, p_missing=p_missing, keep_nchw=True)
+
+
+def chain(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.05,
+          p_missing: float = 0.05) -> Problem:
+    """A plain conv chain (VGG-like) of about ``n`` nodes with some ReLU-like ops."""
+    rng, b = _large(seed, p_inf, p_missing)
+    u = b.conv(b.input((224, 3)), 64, k=7, stride=4, n_cand=n_candidates)
+    stage = 0
+    while len(b.nodes) < n - 1:
+        s = min(len(_STAGES) - 1, len(_STAGES) * len(b.nodes) // n)
+        if s != stage:
+            stage = s
+            u = b.conv(u, _STAGES[s][1], 3, 2, n_cand=n_candidates)
+        elif rng.random() < 0.12:
+            u = b.op("relu", [u])
+        else:
+            u = b.conv(u, _STAGES[s][1], rng.choice((1, 3, 3)), n_cand=n_candidates)
+    b.output(u)
+    return b.problem()
+
+
+def residual(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.05,
+             p_missing: float = 0.05) -> Problem:
+    """A ResNet-like stack of about ``n`` nodes: two convs plus a skip into an Add per block."""
+    rng, b = _large(seed, p_inf, p_missing)
+    u = b.conv(b.input((224, 3)), 64, k=7, stride=4, n_cand=n_candidates)
+    stage = 0
+    while len(b.nodes) < n - 5:
+        s = min(len(_STAGES) - 1, len(_STAGES) * len(b.nodes) // n)
+        c = _STAGES[s][1]
+        if s != stage:
+            stage = s
+            main = b.conv(b.conv(u, c, 3, 2, n_cand=n_candidates), c, 3, n_cand=n_candidates)
+            u = b.op("add", [b.conv(u, c, 1, 2, n_cand=n_candidates), main])
+        else:
+            main = b.conv(b.conv(u, c, 3, n_cand=n_candidates), c, 3, n_cand=n_candidates)
+            u = b.op("add", [u, main])
+    u = b.op("pool", [u], (1, b.shape[u][1]))
+    b.output(u)
+    return b.problem()
+
+
+def branching(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.05,
+              p_missing: float = 0.05) -> Problem:
+    """An Inception-like stack of about ``n`` nodes: four branches (1 to 3 convs, one behind a
+    pool) joined by a Concat per block."""
+    rng, b = _large(seed, p_inf, p_missing)
+    u = b.conv(b.input((224, 3)), 64, k=7, stride=4, n_cand=n_candidates)
+    stage = 0
+    while len(b.nodes) < n - 11:
+        s = min(len(_STAGES) - 1, len(_STAGES) * len(b.nodes) // n)
+        c = _STAGES[s][1]
+        if s != stage:
+            stage = s
+            h = b.shape[u][0]
+            u = b.op("pool", [u], (max(1, h // 2), b.shape[u][1]))
+
+        def conv(v, cout, k):
+            return b.conv(v, cout, k, n_cand=n_candidates)
+
+        b1 = conv(u, c // 4, 1)
+        b2 = conv(conv(u, c // 8, 1), c // 4, 3)
+        b3 = conv(conv(conv(u, c // 16, 1), c // 8, 3), c // 4, 3)
+        b4 = conv(b.op("pool", [u]), c // 4, 1)
+        u = b.op("concat", [b1, b2, b3, b4], (b.shape[b1][0], c))
+    u = b.op("pool", [u], (1, b.shape[u][1]))
+    b.output(u)
+    return b.problem()
+
+
+GENERATORS = {"chain": chain, "residual": residual, "branching": branching}
