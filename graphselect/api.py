@@ -182,7 +182,10 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
 
     problem = plan_mod.make_problem(lg, plan, meas)
     assignment: Assignment = solve_mod.solve(problem, method=solver, time_limit=time_limit)
-    greedy = solve_mod.solve(problem, method="greedy") if solver != "greedy" else assignment
+    try:
+        greedy = solve_mod.solve(problem, method="greedy") if solver != "greedy" else assignment
+    except GraphSelectError:       # greedy can dead-end on reconvergent graphs; it is only a baseline
+        greedy = assignment
     progress("solve", 1, 1, f"{solver}: predicted {assignment.cost:.3f} ms "
              f"({'optimal' if assignment.optimal else 'not proven optimal'})")
     t0 = lap("solve", t0)

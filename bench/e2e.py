@@ -1,0 +1,144 @@
+"""End-to-end latency, one process, same input and thread count for every peer:
+
+  tvm-default   TVM's own Relax pipeline (from_onnx -> tvm.compile, no scheduling)
+  uniform       every conv in the best single NCHW[b]c blocking (b picked by predicted time)
+  greedy        per-layer fastest candidate, layouts fixed up locally
+  graphselect   the CP-SAT whole-graph selection
+  onnxruntime   CPU execution provider
+
+Usage: python bench/e2e.py MODEL [MODEL...] [--runs 30] [--threads 2] [--default-runs 30]
+
+Each peer runs blocks of calls (warm-up first), blocks alternate between peers, and the reported
+time is the median over all calls. Results: printed, and saved under bench/results/.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def uniform_choice(problem, lg, plan, block: int):
+    """Choice indices with every conv in NCHW{block}c (best register tile per layer)."""
+    from graphselect.candidates import Candidate
+    want = f"NCHW{block}c"
+    choice = []
+    for i, (name, layer) in enumerate(lg.layers.items()):
+        node = problem.nodes[i]
+        if name not in plan.options:
+            choice.append(0)
+            continue
+        opts = plan.options[name]
+        if layer.kind == "conv":
+            ok = [k for k, o in enumerate(opts) if isinstance(o[3], Candidate) and o[3].family == "nchwc"
+                  and o[3].out_layout == want and (o[3].in_layout == want or layer.conv.in_channels % block)]
+            ok = ok or list(range(len(opts)))
+            choice.append(min(ok, key=lambda k: node.choices[k].cost))
+        else:
+            choice.append(next((k for k, o in enumerate(opts) if o[0] == want), 0))
+    return tuple(choice)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--default-runs", type=int, default=30, help="runs for TVM's unscheduled default pipeline")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--skip-default", action="store_true")
+    a = ap.parse_args()
+    os.environ["TVM_NUM_THREADS"] = str(a.threads)
+
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import graphselect
+    import models
+    from graphselect.measure import plan as plan_mod
+    from graphselect.measure.e2e import compare, median, ort_runner, ort_session, time_calls, vm_runner
+    from graphselect.rewrite.apply import apply
+    from graphselect.rewrite.build import build
+
+    rows = []
+    for name in a.models:
+        t0 = time.perf_counter()
+        m = models.build(name, image_size=a.image_size) if name in models.ZOO else __import__("onnx").load(name)
+        res = graphselect.optimize(m, threads=a.threads, benchmark_runs=0, name=name)
+        t_opt = time.perf_counter() - t0
+        ex = res.extra
+        lg, plan, problem = ex["lg"], ex["plan"], ex["problem"]
+        target = res.target
+        x = np.random.default_rng(0).standard_normal(res.input_shape).astype("float32")
+        sess = ort_session(m.SerializeToString(), a.threads)
+
+        def build_choice(choice):
+            return build(apply(lg, plan_mod.selection_from(lg, plan, choice), target), target)
+
+        unis = {b: uniform_choice(problem, lg, plan, b) for b in (16, 32)}
+        ub = min(unis, key=lambda b: problem.evaluate(unis[b]))
+        peers = {"uniform": build_choice(unis[ub]), "greedy": build_choice(ex["greedy"].choice),
+                 "graphselect": res.build()}
+        fns = {k: vm_runner(v, x) for k, v in peers.items()}
+        fns["onnxruntime"] = ort_runner(sess, res.input_name, x)
+        ts = compare(fns, runs=a.runs, blocks=3)
+        t = {k: median(v) for k, v in ts.items()}
+        if not a.skip_default:
+            dmod = from_onnx(m, shape_dict={res.input_name: list(res.input_shape)})
+            dex = tvm.compile(dmod, target=target)
+            t["tvm-default"] = median(time_calls(vm_runner(dex, x), a.default_runs, warmup=1))
+        ort = t["onnxruntime"]
+        row = {"model": name, "input": list(res.input_shape), "threads": a.threads, "runs": a.runs,
+               "uniform_block": ub, "optimize_s": round(t_opt, 1),
+               "predicted_ms": {"uniform": problem.evaluate(unis[ub]), "greedy": ex["greedy"].cost,
+                                "graphselect": ex["solution"].cost},
+               "ms": t, "ratio_to_ort": {k: v / ort for k, v in t.items()},
+               "max_rel_err": res.report["max_rel_err"]}
+        rows.append(row)
+        print(_line(row), flush=True)
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"e2e-{stamp}.json").write_text(json.dumps(rows, indent=1))
+    md = _table(rows)
+    (out / f"e2e-{stamp}.md").write_text(md)
+    print()
+    print(md)
+
+
+PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime")
+
+
+def _line(r):
+    return f"{r['model']}: " + "  ".join(f"{k} {r['ms'][k]:.3f} ms ({r['ratio_to_ort'][k]:.2f}x)"
+                                          for k in PEERS if k in r["ms"])
+
+
+def _table(rows):
+    head = "| model | " + " | ".join(f"{p} ms (x ORT)" for p in PEERS) + " | graphselect predicted ms | max rel err |"
+    sep = "|" + "---|" * (len(PEERS) + 3)
+    lines = [head, sep]
+    for r in rows:
+        cells = []
+        for p in PEERS:
+            v = r["ms"].get(p)
+            cells.append("—" if v is None or not math.isfinite(v) else f"{v:.3f} ({r['ratio_to_ort'][p]:.3f})")
+        lines.append(f"| {r['model']} | " + " | ".join(cells) +
+                     f" | {r['predicted_ms']['graphselect']:.3f} | {r['max_rel_err']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
