@@ -1,8 +1,10 @@
 """The Python API: ``graphselect.optimize`` runs every stage of DESIGN.md on one model."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,11 +74,26 @@ class OptimizeResult:
         out.mkdir(parents=True, exist_ok=True)
         paths = {"library": out / "model.so", "module": out / "module.py"}
         tmp = out / ".model.so.partial.so"
-        self.build().export_library(str(tmp))
+        ex = self.build()
+        with _silence_stderr():     # TVM logs a harmless "Scope Saving" warning per function
+            ex.export_library(str(tmp))
         os.replace(tmp, paths["library"])
         _atomic_write(paths["module"], self.module.script(show_meta=False))
         paths.update(write_reports(self.report, out))
         return paths
+
+
+@contextlib.contextmanager
+def _silence_stderr():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -1,0 +1,28 @@
+"""Every zoo model through the whole pipeline at a small input size, checked against onnxruntime
+(``optimize`` raises BuildError beyond 1e-4 relative error). The default suite runs the small
+models; the big ones are marked slow."""
+import pytest
+
+pytest.importorskip("tvm")
+
+import graphselect
+import models
+from graphselect.measure.local import TimingConfig
+
+QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
+
+
+@pytest.mark.parametrize("name,size", [("tiny", 32), ("tiny_concat", 32), ("squeezenet1_1", 64)])
+def test_small_models(name, size):
+    r = graphselect.optimize(models.build(name, image_size=size), cache=None, benchmark_runs=0, timing=QUICK)
+    assert r.report["max_rel_err"] <= 1e-4
+    assert r.report["solver"]["optimal"]
+    assert r.report["conv_layers"] == sum(1 for n in models.build(name, image_size=size).graph.node
+                                          if n.op_type == "Conv")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "vgg11", "inception"])
+def test_big_models(name):
+    r = graphselect.optimize(models.build(name, image_size=64), cache=None, benchmark_runs=0, timing=QUICK)
+    assert r.report["max_rel_err"] <= 1e-4
