@@ -18,13 +18,9 @@ def _vec(ow: int) -> int:
 def propose(spec: ConvSpec) -> list[Candidate]:
     if spec.groups != 1:
         return []
-    pad_bytes = 0
-    if any(spec.padding):
-        pad_bytes = 4 * spec.batch * spec.in_channels * (spec.height + spec.padding[0] + spec.padding[2]) \
-            * (spec.width + spec.padding[1] + spec.padding[3])
     welems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]
     return [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
-                           weight_elems=welems, workspace_bytes=pad_bytes, oc_tile=t, vec=_vec(spec.out_w))
+                           weight_elems=welems, workspace_bytes=spec.padded_input_bytes, oc_tile=t, vec=_vec(spec.out_w))
             for t in (4, 8) if spec.out_channels % t == 0]
 
 

@@ -35,16 +35,12 @@ def propose(spec: ConvSpec) -> list[Candidate]:
         return []
     out = []
     kelems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]
-    pad_bytes = 0
-    if any(spec.padding):
-        pad_bytes = 4 * spec.batch * spec.in_channels * (spec.height + spec.padding[0] + spec.padding[2]) \
-            * (spec.width + spec.padding[1] + spec.padding[3])
     for ib in _blocks(spec.in_channels):
         for ob in _blocks(spec.out_channels):
             for rn in _reg_ns(spec.out_w, ob):
                 out.append(make_candidate(
                     FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
-                    weight_layout=f"OIHW{ib}i{ob}o", weight_elems=kelems, workspace_bytes=pad_bytes,
+                    weight_layout=f"OIHW{ib}i{ob}o", weight_elems=kelems, workspace_bytes=spec.padded_input_bytes,
                     ic_bn=ib, oc_bn=ob, reg_n=rn))
     return out
 

@@ -54,6 +54,14 @@ class ConvSpec:
         return (self.batch, self.out_channels, self.out_h, self.out_w)
 
     @property
+    def padded_input_bytes(self) -> int:
+        """The padded copy of the input a kernel materialises (0 without padding)."""
+        if not any(self.padding):
+            return 0
+        return 4 * self.batch * self.in_channels * (self.height + self.padding[0] + self.padding[2]) \
+            * (self.width + self.padding[1] + self.padding[3])
+
+    @property
     def flops(self) -> int:
         return 2 * self.batch * self.out_channels * self.out_h * self.out_w * \
             (self.in_channels // self.groups) * self.kernel[0] * self.kernel[1]

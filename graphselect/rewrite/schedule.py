@@ -47,21 +47,14 @@ def _schedule_block(sch, blk, min_parallel: int = 2) -> None:
     inner = None
     outer = spatial
     width = _vector_width(_extent(sch, spatial[-1]))
-    if width and width > 1 and not reduce_:
-        e = _extent(sch, spatial[-1])
-        if width < e:
+    if width and width > 1:
+        if width < _extent(sch, spatial[-1]):
             o, inner = sch.split(spatial[-1], [None, width])
             outer = spatial[:-1] + [o]
         else:
             inner, outer = spatial[-1], spatial[:-1]
-    elif width and width > 1 and reduce_:
-        e = _extent(sch, spatial[-1])
-        if width < e:
-            o, inner = sch.split(spatial[-1], [None, width])
-            outer = spatial[:-1] + [o]
-        else:
-            inner, outer = spatial[-1], spatial[:-1]
-        sch.reorder(*(outer + reduce_ + [inner]))
+        if reduce_:    # reduce over the vector lanes' inputs: lanes innermost
+            sch.reorder(*(outer + reduce_ + [inner]))
     if outer:
         fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         if (_extent(sch, fused) or 2) >= min_parallel:
