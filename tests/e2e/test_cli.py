@@ -93,3 +93,20 @@ def test_dynamic_shape_needs_input_shape(tmp_path):
 def test_foreign_target_is_refused():
     r = run("optimize", "tiny", "--target", "cuda")
     assert r.returncode == 2 and "llvm" in r.stderr
+
+
+def test_pytorch_exported_model(tmp_path):
+    """A file written by PyTorch's exporter (tests/data/make_torch_fixture.py): dynamic batch,
+    Constant nodes feeding Clip (ReLU6), unfolded BN, Dropout removed at export, Flatten + Gemm."""
+    model = os.path.join(os.path.dirname(__file__), "..", "data", "torch_tiny.onnx")
+    r = run("optimize", model, "--no-cache", cwd=tmp_path)
+    assert r.returncode == 2 and "images:1,3,32,32" in r.stderr
+    r = run("optimize", model, "--input-shape", "images:1,3,32,32", "--runs", "0", "-o", str(tmp_path / "o"),
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert rep["conv_layers"] == 3 and rep["folded_batchnorm"] == 3
+    assert rep["max_rel_err"] <= 1e-4
+    convs = {l["name"]: l for l in rep["layers"] if l["kind"] == "conv"}
+    assert convs["conv0"]["epilogue"] == "bias+clip(0.0,6.0)"     # ReLU6 fused into the stem conv
+    assert convs["conv2"]["epilogue"] == "bias+res+relu"

@@ -1,0 +1,50 @@
+"""Regenerate torch_tiny.onnx: a small CNN written by PyTorch's own ONNX exporter (TorchScript
+path), so the tests see exactly what that exporter emits (BN unfolded, Flatten or Shape chains,
+weights named onnx::Conv_NNN). Run by hand: `python tests/data/make_torch_fixture.py`."""
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+class TinyNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU6())
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.block = Block(16)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(16, 10))
+
+    def forward(self, x):
+        x = self.block(self.pool(self.stem(x)))
+        return torch.softmax(self.head(x), dim=1)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    net = TinyNet()
+    for m in net.modules():           # non-trivial BN statistics, as after training
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    net.eval()
+    out = Path(__file__).with_name("torch_tiny.onnx")
+    torch.onnx.export(net, torch.randn(1, 3, 32, 32), str(out), input_names=["images"], output_names=["probs"],
+                      dynamic_axes={"images": {0: "batch"}, "probs": {0: "batch"}}, opset_version=13,
+                      do_constant_folding=False, dynamo=False)
+    print(out)
