@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ..graph.layers import ConvSpec
-from . import direct, nchwc
+from . import direct, nchwc, winograd
 from .base import Candidate
 
-FAMILIES = {direct.FAMILY: direct, nchwc.FAMILY: nchwc}
+FAMILIES = {direct.FAMILY: direct, nchwc.FAMILY: nchwc, winograd.FAMILY: winograd}
 
 
 def propose(spec: ConvSpec, families=None) -> list[Candidate]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from costmodels.problem import Choice, Edge, Node, Problem
 
 from .. import candidates as cand_mod
 from ..graph import layouts
 from ..graph.layers import Layer, LayerGraph
-from .local import Job
+from .local import Check, Job
 from .store import Measurement
 
 
@@ -71,13 +73,15 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
 
     jobs: list[Job] = []
     options: dict = {}
+    refs: dict = {}
     for layer in lg.layers.values():
         if layer.kind == "conv":
             opts = []
             for c in cand_mod.propose(layer.conv, families):
                 fam = cand_mod.family(c)
                 jobs.append(Job(layer.conv.key, c.key,
-                                (lambda fam=fam, c=c, s=layer.conv: [fam.build(c, s, target, "main")])))
+                                (lambda fam=fam, c=c, s=layer.conv: [fam.build(c, s, target, "main")]),
+                                check=(lambda c=c, layer=layer: _conv_check(c, layer, refs))))
                 opts.append((c.key, layer.conv.key, c.key, c))
             options[layer.name] = opts
         elif layer.kind in ("agnostic", "fixed"):
@@ -122,6 +126,22 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
                     pairs[(a, b)] = (wl, key)
         transforms[(src, dst, port)] = pairs
     return Plan(tuple(jobs), options, transforms)
+
+
+def _conv_check(cand, layer: Layer, refs: dict) -> Check:
+    """The layer's own weights on a fixed random input, against the float64 direct convolution."""
+    from ..candidates.base import TOLERANCE, reference
+    spec = layer.conv
+    if spec.key not in refs:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(spec.in_shape).astype("float32")
+        r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+        refs[spec.key] = (x, r, reference(spec, x, layer.weight, layer.bias, r))
+    x, r, y = refs[spec.key]
+    fam = cand_mod.family(cand)
+    inputs = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, layer.weight, layer.bias) + \
+        ([layouts.pack(r, cand.out_layout)] if r is not None else [])
+    return Check(inputs, layouts.pack(y.astype("float32"), cand.out_layout), getattr(fam, "TOLERANCE", TOLERANCE))
 
 
 def _out_layout(opt) -> str:

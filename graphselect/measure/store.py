@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TABLE = "records_v1"
+TABLE = "records_v2"
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Measurement:
     warm_ms: float          # everything warm
     error: str | None = None
     build_s: float = 0.0
+    rel_err: float | None = None   # max |out - reference| / max |reference| on the layer's weights
 
     @property
     def ok(self) -> bool:
@@ -58,27 +59,27 @@ class RecordStore:
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {TABLE} (workload TEXT, candidate TEXT, target TEXT, cpu TEXT, "
-            "threads INTEGER, tvm TEXT, cold_ms REAL, warm_ms REAL, error TEXT, build_s REAL, created REAL, "
+            "threads INTEGER, tvm TEXT, cold_ms REAL, warm_ms REAL, error TEXT, build_s REAL, rel_err REAL, created REAL, "
             "PRIMARY KEY (workload, candidate, target, cpu, threads, tvm))")
         self._db.commit()
 
     def get(self, ctx: Context, workload: str, candidate: str) -> Measurement | None:
         row = self._db.execute(
-            f"SELECT cold_ms, warm_ms, error, build_s FROM {TABLE} WHERE workload=? AND candidate=? AND target=? "
+            f"SELECT cold_ms, warm_ms, error, build_s, rel_err FROM {TABLE} WHERE workload=? AND candidate=? AND target=? "
             "AND cpu=? AND threads=? AND tvm=?",
             (workload, candidate, ctx.target, ctx.cpu, ctx.threads, ctx.tvm)).fetchone()
         if row is None:
             return None
-        cold, warm, err, bs = row
+        cold, warm, err, bs, rel = row
         return Measurement(workload, candidate, float("inf") if cold is None else cold,
-                           float("inf") if warm is None else warm, err, bs or 0.0)
+                           float("inf") if warm is None else warm, err, bs or 0.0, rel)
 
     def put(self, ctx: Context, m: Measurement) -> None:
         finite = lambda v: None if v == float("inf") else v  # noqa: E731 - SQLite has no infinity
         self._db.execute(
-            f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (m.workload, m.candidate, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, finite(m.cold_ms),
-             finite(m.warm_ms), m.error, m.build_s, time.time()))
+             finite(m.warm_ms), m.error, m.build_s, m.rel_err, time.time()))
         self._db.commit()
 
     def __len__(self) -> int:

@@ -30,12 +30,14 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
             row.update(workload=layer.conv.key, shape=layer.conv.describe(), epilogue=layer.conv.epilogue,
                        gflop=_r(layer.conv.flops / 1e9, 5), family=c.family, params=dict(c.params),
                        in_layout=c.in_layout, out_layout=c.out_layout, weight_layout=c.weight_layout,
-                       weight_bytes=c.weight_bytes, workspace_bytes=c.workspace_bytes, sparsity=_r(layer.sparsity))
+                       weight_bytes=c.weight_bytes, workspace_bytes=c.workspace_bytes, sparsity=_r(layer.sparsity),
+                       rel_err=_chosen_err(meas, layer.conv.key, c.key))
             cands = []
             for cname, wl, ckey, obj in opts:
                 m = meas.get((wl, ckey))
                 cands.append({"key": ckey, "family": obj.family, "cold_ms": _r(m.cold_ms) if m else None,
-                              "warm_ms": _r(m.warm_ms) if m else None, "error": m.error if m else "not measured"})
+                              "warm_ms": _r(m.warm_ms) if m else None, "error": m.error if m else "not measured",
+                              "rel_err": m.rel_err if m else None})
             row["candidates"] = cands
             fam_best = {}
             for cd in cands:
@@ -80,6 +82,11 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
         "stage_seconds": stage_seconds,
         "layers": layers,
     }
+
+
+def _chosen_err(meas, workload, key):
+    m = meas.get((workload, key))
+    return m.rel_err if m is not None else None
 
 
 def _count(it) -> dict:

@@ -7,6 +7,7 @@ tvm = pytest.importorskip("tvm")
 from graphselect import candidates
 from graphselect.graph import layouts
 from graphselect.graph.layers import ConvSpec
+from graphselect.candidates import winograd
 from graphselect.target import parse_target
 from tests.reference import conv2d_nchw, rel_err
 
@@ -47,11 +48,12 @@ def test_every_candidate_matches_numpy(spec):
     ref = conv2d_nchw(x, w, stride=spec.stride, padding=spec.padding, bias=b, residual=r,
                       lo=spec.clip_lo, hi=spec.clip_hi)
     cands = candidates.propose(spec)
-    assert {c.family for c in cands} == {"direct", "nchwc"}
+    wino = spec.kernel == (3, 3) and spec.stride == (1, 1) and spec.out_channels % 16 == 0
+    assert {c.family for c in cands} == {"direct", "nchwc"} | ({"winograd"} if wino else set())
     for c in cands:
         got, f = _run(c, spec, x, w, b, r)
         assert got.shape == ref.shape
-        assert rel_err(got, ref) < 1e-5, c.key
+        assert rel_err(got, ref) < getattr(candidates.family(c), "TOLERANCE", 1e-5), c.key
         attrs = f.attrs
         assert attrs["graphselect.family"] == c.family
         assert attrs["graphselect.in_layout"] == c.in_layout
@@ -79,3 +81,48 @@ def test_nchwc_blocks_follow_channel_divisors():
 def test_grouped_conv_gets_no_dense_candidates():
     spec = ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1), groups=4)
     assert candidates.propose(spec) == []
+
+
+WINO_SPECS = [
+    # odd output sizes: the last tiles hang over the edge (5x7 outputs, tiles of 2, 4, 6)
+    ConvSpec(1, 16, 5, 7, 32, (3, 3), (1, 1), (1, 1, 1, 1), bias=True, residual=True, clip_lo=0.0),
+    # no padding, 32-channel blocks in, ReLU6
+    ConvSpec(1, 32, 11, 9, 16, (3, 3), (1, 1), (0, 0, 0, 0), bias=True, clip_lo=0.0, clip_hi=6.0),
+    # asymmetric padding, batch 2, no epilogue
+    ConvSpec(2, 16, 8, 8, 16, (3, 3), (1, 1), (2, 0, 0, 1)),
+]
+
+
+@pytest.mark.parametrize("spec", WINO_SPECS, ids=lambda s: s.describe() + " " + s.epilogue)
+def test_winograd_every_tile_and_layout(spec):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(spec.in_shape).astype("float32")
+    w = (rng.standard_normal((spec.out_channels, spec.in_channels, 3, 3)) / np.sqrt(9 * spec.in_channels)).astype("float32")
+    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
+    r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+    ref = conv2d_nchw(x, w, stride=spec.stride, padding=spec.padding, bias=b, residual=r,
+                      lo=spec.clip_lo, hi=spec.clip_hi)
+    cands = candidates.propose(spec, ["winograd"])
+    assert {c.param("m") for c in cands} == {2, 4, 6}
+    assert "NCHW" in {c.in_layout for c in cands}
+    errs = {}
+    for c in cands:
+        got, _ = _run(c, spec, x, w, b, r)
+        errs[c.key] = rel_err(got, ref)
+        assert errs[c.key] < winograd.TOLERANCE, c.key
+    # larger tiles trade accuracy for fewer multiplications
+    by_m = {m: max(e for k, e in errs.items() if f"m={m}," in k) for m in (2, 6)}
+    assert by_m[2] < by_m[6]
+
+
+def test_winograd_weight_bytes_grow_with_the_tile():
+    spec = ConvSpec(1, 64, 14, 14, 64, (3, 3), (1, 1), (1, 1, 1, 1))
+    direct = 64 * 64 * 9 * 4
+    for c in candidates.propose(spec, ["winograd"]):
+        m = c.param("m")
+        assert c.weight_bytes == direct * (m + 2) ** 2 // 9
+
+
+def test_winograd_only_for_3x3_stride_1():
+    assert candidates.propose(ConvSpec(1, 16, 8, 8, 16, (3, 3), (2, 2), (1, 1, 1, 1)), ["winograd"]) == []
+    assert candidates.propose(ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0)), ["winograd"]) == []
