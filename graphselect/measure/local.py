@@ -101,17 +101,19 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     rng = np.random.default_rng(0)
     out: dict[tuple[str, str], Measurement] = {}
     todo = []
+    seen = set()
     for j in jobs:
         key = (j.workload, j.candidate)
-        if key in out:
+        if key in seen:        # layers sharing a workload share its measurements
             continue
+        seen.add(key)
         rec = store.get(ctx, *key)
         if rec is not None:
             out[key] = rec
         else:
             todo.append(j)
-    done = len(jobs) - len(todo)
-    total = len(jobs)
+    total = len(seen)
+    done = total - len(todo)
     if progress:
         progress(done, total, f"{done} reused from the record store")
     for start in range(0, len(todo), batch):

@@ -38,3 +38,19 @@ def test_replace_keeps_one_row():
     s.put(CTX, Measurement("w", "c", 1.0, 1.0))
     s.put(CTX, Measurement("w", "c", 2.0, 1.5))
     assert len(s) == 1 and s.get(CTX, "w", "c").cold_ms == 2.0
+
+
+def test_jobs_sharing_a_workload_are_measured_once():
+    from graphselect.measure.local import Job, measure
+    built = []
+    s = RecordStore(None)
+    s.put(CTX, Measurement("w", "c1", 1.0, 1.0))
+
+    def build():
+        built.append(1)
+        raise RuntimeError("not buildable")
+    jobs = [Job("w", "c1", build), Job("w", "c2", build), Job("w", "c2", build)]
+    out = measure(jobs, target=None, ctx=CTX, store=s)
+    assert len(built) == 1                       # c1 from the store, c2 once
+    assert out[("w", "c1")].cold_ms == 1.0 and not out[("w", "c2")].ok
+    assert s.get(CTX, "w", "c2") is None         # build failures are not cached
