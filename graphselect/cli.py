@@ -52,14 +52,18 @@ def _parse_shape(text: str | None):
     return {name: shape} if name else shape
 
 
-def _resolve_model(arg: str):
-    """A path to an .onnx file, or the name of a zoo model."""
+def _resolve_model(arg: str, sparsity: float = 0.0):
+    """A path to an .onnx file, or the name of a zoo model (optionally pruned)."""
     p = Path(arg)
     if p.exists():
+        if sparsity:
+            raise GraphSelectError("--sparsity prunes zoo models only; prune your own model before exporting it")
         return str(p), p.stem
     import models
     if arg in models.ZOO:
-        return models.build(arg), arg
+        if not 0.0 <= sparsity < 1.0:
+            raise GraphSelectError(f"--sparsity must be in [0, 1), got {sparsity}")
+        return models.build(arg, sparsity=sparsity), arg + (f"-sp{round(sparsity * 100)}" if sparsity else "")
     if p.suffix.lower() == ".onnx" or os.sep in arg:
         raise GraphSelectError(f"model file not found: {arg}")
     raise GraphSelectError(f"{arg!r} is neither a file nor a zoo model; zoo models: {', '.join(models.ZOO)}")
@@ -68,7 +72,7 @@ def _resolve_model(arg: str):
 def cmd_optimize(a) -> int:
     from .api import optimize
     from .report.terminal import summary_table
-    model, name = _resolve_model(a.model)
+    model, name = _resolve_model(a.model, a.sparsity)
     outdir = Path(a.output or os.path.join("graphselect-out", name))
     cache = None if a.no_cache else (a.cache or True)
     prog = _Progress()
@@ -98,7 +102,9 @@ def cmd_zoo(a) -> int:
     out = Path(a.output or f"{a.name}.onnx")
     tmp = out.with_name("." + out.name + ".partial")
     out.parent.mkdir(parents=True, exist_ok=True)
-    models.save(a.name, tmp, batch=a.batch, image_size=a.image_size, seed=a.seed)
+    if not 0.0 <= a.sparsity < 1.0:
+        raise GraphSelectError(f"--sparsity must be in [0, 1), got {a.sparsity}")
+    models.save(a.name, tmp, batch=a.batch, image_size=a.image_size, seed=a.seed, sparsity=a.sparsity)
     os.replace(tmp, out)
     print(out)
     return 0
@@ -111,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("optimize", help="measure, select and build an ONNX CNN for this CPU")
     o.add_argument("model", help="path to an .onnx file, or a zoo model name (see `graphselect zoo list`)")
     o.add_argument("--target", default="llvm", help="llvm (this CPU, default) or 'llvm -mcpu=NAME'")
+    o.add_argument("--sparsity", type=float, default=0.0, help="prune a zoo model's convs to this sparsity first")
     o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
     o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")
     o.add_argument("--input-shape", help="fix a dynamic input shape: NAME:1,3,224,224")
@@ -131,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     zb.add_argument("--batch", type=int, default=1)
     zb.add_argument("--image-size", type=int, default=None)
     zb.add_argument("--seed", type=int, default=0)
+    zb.add_argument("--sparsity", type=float, default=0.0, help="magnitude-prune every conv to this sparsity")
     z.set_defaults(func=cmd_zoo)
     return ap
 

@@ -6,6 +6,7 @@
 Public API: ``ZOO`` (name -> builder), ``build``, ``list_models``, ``save``.
 """
 
+from .prune import prune
 from .zoo import ZOO, build, list_models, save
 
-__all__ = ["ZOO", "build", "list_models", "save"]
+__all__ = ["ZOO", "build", "list_models", "save", "prune"]

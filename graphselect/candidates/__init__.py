@@ -2,17 +2,23 @@
 from __future__ import annotations
 
 from ..graph.layers import ConvSpec
-from . import direct, nchwc, winograd
+from . import direct, nchwc, sparse_csr, winograd
 from .base import Candidate
 
-FAMILIES = {direct.FAMILY: direct, nchwc.FAMILY: nchwc, winograd.FAMILY: winograd}
+FAMILIES = {m.FAMILY: m for m in (direct, nchwc, winograd, sparse_csr)}
 
 
-def propose(spec: ConvSpec, families=None) -> list[Candidate]:
-    """Every candidate of every enabled family for one conv workload."""
+def propose(spec: ConvSpec, families=None, weight=None) -> list[Candidate]:
+    """Every candidate of every enabled family for one conv layer (families that exploit the
+    weights' values, like ``sparse_csr``, need ``weight``)."""
+    unknown = set(families or ()) - set(FAMILIES)
+    if unknown:
+        from ..errors import GraphSelectError
+        raise GraphSelectError(f"unknown candidate famil{'ies' if len(unknown) > 1 else 'y'} "
+                               f"{', '.join(sorted(unknown))}; known: {', '.join(FAMILIES)}")
     out = []
     for name in families or FAMILIES:
-        out.extend(FAMILIES[name].propose(spec))
+        out.extend(FAMILIES[name].propose(spec, weight))
     return out
 
 

@@ -15,7 +15,7 @@ def _vec(ow: int) -> int:
     return ds[-1] if ds else (ow if ow <= 32 else max(divisors_in(ow, 1, 16)))
 
 
-def propose(spec: ConvSpec) -> list[Candidate]:
+def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
     if spec.groups != 1:
         return []
     welems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]

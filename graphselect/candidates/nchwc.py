@@ -30,7 +30,7 @@ def _reg_ns(ow: int, oc_bn: int) -> list[int]:
     return ds[-2:]
 
 
-def propose(spec: ConvSpec) -> list[Candidate]:
+def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
     if spec.groups != 1:
         return []
     out = []

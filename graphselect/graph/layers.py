@@ -10,6 +10,7 @@ Each layer is one of
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -52,6 +53,10 @@ class ConvSpec:
     @property
     def out_shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.out_channels, self.out_h, self.out_w)
+
+    def bare(self) -> "ConvSpec":
+        """The same convolution without its epilogue."""
+        return dataclasses.replace(self, bias=False, residual=False, clip_lo=None, clip_hi=None)
 
     @property
     def padded_input_bytes(self) -> int:

@@ -77,12 +77,15 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
     for layer in lg.layers.values():
         if layer.kind == "conv":
             opts = []
-            for c in cand_mod.propose(layer.conv, families):
+            spec = layer.conv
+            for c in cand_mod.propose(spec, families, layer.weight):
                 fam = cand_mod.family(c)
-                jobs.append(Job(layer.conv.key, c.key,
-                                (lambda fam=fam, c=c, s=layer.conv: [fam.build(c, s, target, "main")]),
+                jobs.append(Job(spec.key, c.key,
+                                (lambda fam=fam, c=c, s=spec: [fam.build(c, s, target, "main")]),
                                 check=(lambda c=c, layer=layer: _conv_check(c, layer, refs))))
-                opts.append((c.key, layer.conv.key, c.key, c))
+                opts.append((c.key, spec.key, c.key, c))
+                if not c.fuses(spec):
+                    jobs.append(_epilogue_job(layer, c.out_layout, target))
             options[layer.name] = opts
         elif layer.kind in ("agnostic", "fixed"):
             expr = bindings[layer.binding].value
@@ -129,19 +132,43 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
 
 
 def _conv_check(cand, layer: Layer, refs: dict) -> Check:
-    """The layer's own weights on a fixed random input, against the float64 direct convolution."""
+    """The layer's own weights on a fixed random input, against the float64 direct convolution
+    (without the epilogue for a candidate that leaves it to separate ops)."""
     from ..candidates.base import TOLERANCE, reference
     spec = layer.conv
-    if layer.name not in refs:      # per layer: layers with one workload have different weights
+    fused = cand.fuses(spec)
+    key = (layer.name, fused)       # per layer: layers with one workload have different weights
+    if key not in refs:
         rng = np.random.default_rng(0)
         x = rng.standard_normal(spec.in_shape).astype("float32")
-        r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
-        refs[layer.name] = (x, r, reference(spec, x, layer.weight, layer.bias, r))
-    x, r, y = refs[layer.name]
+        r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual and fused else None
+        y = reference(spec, x, layer.weight, layer.bias, r) if fused else reference(spec.bare(), x, layer.weight,
+                                                                                   None, None)
+        refs[key] = (x, r, y)
+    x, r, y = refs[key]
     fam = cand_mod.family(cand)
     inputs = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, layer.weight, layer.bias) + \
         ([layouts.pack(r, cand.out_layout)] if r is not None else [])
     return Check(inputs, layouts.pack(y.astype("float32"), cand.out_layout), getattr(fam, "TOLERANCE", TOLERANCE))
+
+
+def _epilogue_workload(spec, layout: str) -> tuple[str, str]:
+    return f"epilogue {spec.key}", f"layout={layout}"
+
+
+def _epilogue_job(layer: Layer, layout: str, target) -> Job:
+    """The epilogue a candidate cannot fuse, as the separate ops the rewrite emits."""
+    from tvm import relax as rx
+    spec = layer.conv
+
+    def build():
+        from ..rewrite.emit import emit_epilogue
+        ty = rx.TensorType(layouts.shape_in(spec.out_shape, layout), "float32")
+        y = rx.Var("y", ty)
+        ps = [y] + ([rx.Var("res", ty)] if spec.residual else [])
+        return _lower_snippet(lambda bb: emit_epilogue(bb, y, spec, layer.bias, ps[1] if spec.residual else None,
+                                                       layout), target, None, ps)
+    return Job(*_epilogue_workload(spec, layout), build)
 
 
 def _out_layout(opt) -> str:
@@ -176,6 +203,10 @@ def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measure
             warm = m.warm_ms if m is not None else 0.0
             if isinstance(obj, cand_mod.Candidate):
                 ins = (obj.in_layout,) + ((obj.out_layout,) if layer.conv.residual else ())
+                if not obj.fuses(layer.conv):      # the epilogue runs as its own kernel
+                    e = meas.get(_epilogue_workload(layer.conv, obj.out_layout))
+                    cold += e.cold_ms if e is not None else math.inf
+                    warm += e.warm_ms if e is not None else math.inf
                 choices.append(Choice(cname, cold, ins, obj.out_layout, warm_cost=warm,
                                       weight_bytes=obj.weight_bytes, workspace_bytes=obj.workspace_bytes))
             else:

@@ -75,14 +75,35 @@ def emit_agnostic(bb, layer: Layer, expr, layout: str, env):
 
 
 def emit_conv(bb, layer: Layer, cand, prim_name: str, target, data, residual):
-    """call_tir to the candidate's scheduled PrimFunc, weights pre-packed as constants."""
+    """call_tir to the candidate's scheduled PrimFunc, weights pre-packed as constants; an
+    epilogue the candidate cannot fuse follows as ordinary Relax ops (fused among themselves,
+    never into the opaque kernel)."""
     rx = _rx()
     from .. import candidates
     fam = candidates.family(cand)
     spec = layer.conv
+    fused = cand.fuses(spec)
     func = fam.build(cand, spec, target, prim_name)
     gv = bb.add_func(func, prim_name)
     consts = [rx.const(a) for a in fam.pack(cand, spec, layer.weight, layer.bias)]
-    args = [data] + consts + ([residual] if residual is not None else [])
+    args = [data] + consts + ([residual] if residual is not None and fused else [])
     out_ty = rx.TensorType(layouts.shape_in(spec.out_shape, cand.out_layout), "float32")
-    return bb.emit(rx.call_tir(gv, args, out_ty))
+    y = bb.emit(rx.call_tir(gv, args, out_ty))
+    if fused:
+        return y
+    return emit_epilogue(bb, y, spec, layer.bias, residual, cand.out_layout)
+
+
+def emit_epilogue(bb, y, spec, bias, residual, layout: str):
+    """bias add, residual add and clamp as separate Relax ops on ``y`` (in ``layout``)."""
+    rx = _rx()
+    if spec.bias:
+        b = np.asarray(bias, "float32").reshape(1, -1, 1, 1)
+        y = bb.emit(rx.op.add(y, rx.const(layouts.pack(b, layout))))
+    if spec.residual:
+        y = bb.emit(rx.op.add(y, residual))
+    if spec.clip_lo is not None:
+        y = bb.emit(rx.op.maximum(y, rx.const(np.float32(spec.clip_lo))))
+    if spec.clip_hi is not None:
+        y = bb.emit(rx.op.minimum(y, rx.const(np.float32(spec.clip_hi))))
+    return y

@@ -1,0 +1,29 @@
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+import models
+
+
+@pytest.mark.parametrize("sparsity", [0.3, 0.7, 0.9])
+def test_every_conv_pruned_to_the_fraction_by_magnitude(sparsity):
+    dense = models.build("tiny")
+    m = models.build("tiny", sparsity=sparsity)
+    convw = {n.input[1] for n in m.graph.node if n.op_type == "Conv"}
+    before = {i.name: numpy_helper.to_array(i) for i in dense.graph.initializer}
+    for init in m.graph.initializer:
+        w = numpy_helper.to_array(init)
+        if init.name in convw:
+            assert abs(np.mean(w == 0) - sparsity) <= 1.0 / w.size
+            kept = np.abs(before[init.name][w != 0])
+            dropped = np.abs(before[init.name][w == 0])
+            assert kept.min() >= dropped.max()            # magnitude order
+            np.testing.assert_array_equal(w[w != 0], before[init.name][w != 0])
+        else:
+            np.testing.assert_array_equal(w, before[init.name])   # BN, Gemm untouched
+
+
+def test_bad_sparsity():
+    with pytest.raises(ValueError):
+        models.build("tiny", sparsity=1.0)
+    assert models.build("tiny", sparsity=0.0).SerializeToString() == models.build("tiny").SerializeToString()
