@@ -51,7 +51,7 @@ def dims(vi: onnx.ValueInfoProto) -> list[int]:
 def test_zoo_has_exactly_the_documented_models():
     assert list(ZOO) == NAMES
     assert [n for n, _ in list_models()] == NAMES
-    assert models.__all__ == ["ZOO", "build", "list_models", "save"]
+    assert models.__all__ == ["ZOO", "build", "list_models", "save", "prune"]
 
 
 # ------------------------------------------------------------------ structure
