@@ -118,5 +118,16 @@ def reference(spec: ConvSpec, x: np.ndarray, weight: np.ndarray, bias, residual)
     return y
 
 
+def schedule_tail(sch, conv_block, reduce_loop, spec: ConvSpec, pad_outer: int) -> None:
+    """The last steps every scheduled conv shares: split off the accumulator's init (after
+    vectorize/parallel, a TVM 0.27 trap) and vectorize it; parallelize and vectorize the padding."""
+    init = sch.decompose_reduction(conv_block, reduce_loop)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if any(spec.padding):
+        pl = sch.get_loops(sch.get_sblock("data_pad"))
+        sch.parallel(sch.fuse(*pl[:pad_outer]))
+        sch.vectorize(pl[-1])
+
+
 def divisors_in(n: int, lo: int, hi: int) -> list[int]:
     return [d for d in range(lo, hi + 1) if n % d == 0]

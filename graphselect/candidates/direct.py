@@ -5,7 +5,7 @@ import numpy as np
 
 from ..graph import layouts
 from ..graph.layers import ConvSpec
-from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate
+from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate, schedule_tail
 
 FAMILY = "direct"
 
@@ -60,12 +60,7 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     el = sch.get_loops(epi)
     sch.vectorize(el[-1])
     sch.parallel(sch.fuse(b, oo, y))
-    init = sch.decompose_reduction(conv, rc)
-    sch.vectorize(sch.get_loops(init)[-1])
-    if any(spec.padding):
-        pl = sch.get_loops(sch.get_sblock("data_pad"))
-        sch.parallel(sch.fuse(*pl[:2]))
-        sch.vectorize(pl[-1])
+    schedule_tail(sch, conv, rc, spec, pad_outer=2)
     return finish(sch.mod["main"], cand, spec, name)
 
 

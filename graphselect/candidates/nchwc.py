@@ -6,7 +6,7 @@ import numpy as np
 
 from ..graph import layouts
 from ..graph.layers import ConvSpec
-from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate
+from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate, schedule_tail
 
 FAMILY = "nchwc"
 BLOCKS = (8, 16, 32)
@@ -81,12 +81,7 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     sch.vectorize(el[-1])
     sch.unroll(el[-2])
     sch.parallel(sch.fuse(n, occ, oh))
-    init = sch.decompose_reduction(conv, ic_o)
-    sch.vectorize(sch.get_loops(init)[-1])
-    if any(spec.padding):
-        pl = sch.get_loops(sch.get_sblock("data_pad"))
-        sch.parallel(sch.fuse(*pl[:3]))
-        sch.vectorize(pl[-1])
+    schedule_tail(sch, conv, ic_o, spec, pad_outer=3)
     return finish(sch.mod["main"], cand, spec, name)
 
 
