@@ -312,7 +312,9 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
         chains[ch["end"]] = ch
         absorbed.add(i)
 
-    nconv = 0
+    # convs are numbered in the importer's order, which is the ONNX node order (a conv whose
+    # epilogue waits for a residual is emitted later, at the end of its chain)
+    rank = {ch["conv"]: k for k, ch in enumerate(sorted(chains.values(), key=lambda c: c["conv"]))}
     for i, b in enumerate(bindings):
         e = b.value
         out_shape = _shape(b.var)
@@ -331,9 +333,9 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                             bias=ch["bias"] is not None, residual=ch["res"] is not None,
                             clip_lo=ch["lo"], clip_hi=ch["hi"])
             ins = [producer[conv.args[0]]] + ([producer[ch["res"]]] if ch["res"] is not None else [])
-            name = f"conv{nconv}"
-            onnx_name = onnx_conv_names[nconv] if nconv < len(onnx_conv_names) else ""
-            nconv += 1
+            k = rank[ch["conv"]]
+            name = f"conv{k}"
+            onnx_name = onnx_conv_names[k] if k < len(onnx_conv_names) else ""
             layers[name] = Layer(name, "conv", "conv2d", tuple(ins), spec.out_shape, conv=spec, weight=w,
                                  bias=ch["bias"], binding=i,
                                  absorbed=tuple(sorted(j for j in range(ch["conv"], i + 1)
