@@ -5,6 +5,10 @@ layout-agnostic op (one choice per layout it can run in), or a fixed op (one cho
 names the layout it needs on each input port and the layout it produces. An edge carries one
 tensor from a producer's output to a consumer's input port; converting between two different
 layouts costs the measured ``layout_transform`` time, and a missing pair is impossible.
+
+Cache residency is one global decision: when the chosen choices' weights and workspaces plus the
+live activations fit ``Problem.cache_bytes``, every node runs at its warm time, otherwise at its
+cold time (``Problem.resident`` and ``Problem.evaluate``).
 """
 from __future__ import annotations
 
@@ -22,6 +26,12 @@ class Choice:
     warm_cost: float | None = None   # ms with weights warm in cache (None: same as cost)
     weight_bytes: int = 0
     workspace_bytes: int = 0
+
+    def time(self, warm: bool) -> float:
+        """ms under the given cache state; an unusable choice (cost inf) stays unusable warm."""
+        if warm and self.warm_cost is not None and self.cost < math.inf:
+            return self.warm_cost
+        return self.cost
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,14 @@ class Edge:
 class Problem:
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
+    cache_bytes: int | None = None   # last-level cache budget; None: no residency term, cold costs
+    activation_bytes: int = 0        # live activations that occupy the cache alongside the weights
 
     def __post_init__(self):
+        if self.cache_bytes is not None and self.cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be >= 0 or None, got {self.cache_bytes!r}")
+        if self.activation_bytes < 0:
+            raise ValueError(f"activation_bytes must be >= 0, got {self.activation_bytes!r}")
         n = len(self.nodes)
         for e in self.edges:
             if not (0 <= e.src < n and 0 <= e.dst < n):
@@ -59,9 +75,21 @@ class Problem:
                     raise ValueError(f"edge into {self.nodes[e.dst].name} port {e.port}: choice {c.name} "
                                      f"has only {len(c.in_layouts)} input layouts")
 
+    def footprint(self, choice: tuple[int, ...] | list[int]) -> int:
+        """Bytes the choice keeps in cache: chosen weights and workspaces plus activations."""
+        return self.activation_bytes + sum(
+            ch.weight_bytes + ch.workspace_bytes
+            for ch in (self.nodes[i].choices[k] for i, k in enumerate(choice)))
+
+    def resident(self, choice: tuple[int, ...] | list[int]) -> bool:
+        """True iff a cache budget is set and :meth:`footprint` fits it."""
+        return self.cache_bytes is not None and self.footprint(choice) <= self.cache_bytes
+
     def evaluate(self, choice: tuple[int, ...] | list[int]) -> float:
-        """Total cost of one choice index per node (math.inf if infeasible)."""
-        total = sum(self.nodes[i].choices[k].cost for i, k in enumerate(choice))
+        """Total cost of one choice index per node (math.inf if infeasible): every node at its
+        warm time when :meth:`resident`, else at its cold ``cost``; plus the edge transforms."""
+        warm = self.resident(choice)
+        total = sum(self.nodes[i].choices[k].time(warm) for i, k in enumerate(choice))
         for e in self.edges:
             a = self.nodes[e.src].choices[choice[e.src]]
             b = self.nodes[e.dst].choices[choice[e.dst]]
@@ -77,3 +105,4 @@ class Assignment:
     optimal: bool               # proven optimal by the method
     seconds: float = 0.0
     gap: float = 0.0            # relative gap to the best bound when not proven optimal
+    resident: bool | None = None  # problem.resident(choice); None when the problem has no cache term

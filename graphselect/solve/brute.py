@@ -15,8 +15,11 @@ def solve(problem: Problem, *, time_limit: float | None = None,
     """Try every combination of finite-cost choices; the first minimum in index order wins.
 
     Depth-first in node order, abandoning a partial assignment once it is infinite (or, when
-    no cost is negative, no better than the best so far). Raises ValueError when the product
-    of the finite choice counts exceeds ``max_combinations``. ``time_limit`` is ignored.
+    no cost is negative, once a lower bound is no better than the best so far). With a cache
+    budget it keeps cold and warm partial totals and the bytes so far: the total is the warm one
+    if the finished assignment fits, else the cold one, exactly ``problem.evaluate``. Raises
+    ValueError when the product of the finite choice counts exceeds ``max_combinations``.
+    ``time_limit`` is ignored.
 
     Examples
     --------
@@ -37,18 +40,25 @@ def solve(problem: Problem, *, time_limit: float | None = None,
     closing = [[] for _ in range(n)]     # edges whose later endpoint is v
     for e in problem.edges:
         closing[max(e.src, e.dst)].append(e)
-    bound_ok = (all(problem.nodes[v].choices[c].cost >= 0 for v in range(n) for c in cands[v])
-                and all(t >= 0 for e in problem.edges for t in e.transform.values()))
+    cache = problem.cache_bytes
+    warm_ok = cache is not None and problem.activation_bytes <= cache
+    bound_ok = (all(min(problem.nodes[v].choices[c].cost, problem.nodes[v].choices[c].time(True)) >= 0
+                    for v in range(n) for c in cands[v])
+                and all(t >= 0 for e in problem.edges for t in e.transform.values())
+                and all(ch.weight_bytes + ch.workspace_bytes >= 0 for nd in problem.nodes for ch in nd.choices))
 
     best, best_choice = math.inf, None
     choice = [0] * n
-    partial = [0.0] * (n + 1)
+    cold = [0.0] * (n + 1)                # node cold times plus edges, over nodes < v
+    warm = [0.0] * (n + 1)                # the same with warm times (only when warm_ok)
+    used = [problem.activation_bytes] * (n + 1)
     pos = [0] * (n + 1)
     v = 0
     while v >= 0:
         if v == n:
-            if partial[n] < best:
-                best, best_choice = partial[n], tuple(choice)
+            total = warm[n] if warm_ok and used[n] <= cache else cold[n]
+            if total < best:
+                best, best_choice = total, tuple(choice)
             v -= 1
             continue
         if pos[v] == len(cands[v]):
@@ -58,16 +68,24 @@ def solve(problem: Problem, *, time_limit: float | None = None,
         c = cands[v][pos[v]]
         pos[v] += 1
         choice[v] = c
-        total = partial[v] + problem.nodes[v].choices[c].cost
+        ch = problem.nodes[v].choices[c]
+        edges = 0.0
         for e in closing[v]:
             a = problem.nodes[e.src].choices[choice[e.src]]
             b = problem.nodes[e.dst].choices[choice[e.dst]]
-            total += e.cost(a.out_layout, b.in_layouts[e.port])
-        if total == math.inf or (bound_ok and total >= best):
+            edges += e.cost(a.out_layout, b.in_layouts[e.port])
+        total_cold = cold[v] + ch.cost + edges
+        total_warm = warm[v] + ch.time(True) + edges if warm_ok else math.inf
+        bytes_ = used[v] + ch.weight_bytes + ch.workspace_bytes
+        # bytes only grow (when bound_ok), so once over budget the warm total cannot apply
+        fits = warm_ok and (bytes_ <= cache or not bound_ok)
+        bound = min(total_cold, total_warm) if fits else total_cold
+        if edges == math.inf or bound == math.inf or (bound_ok and bound >= best):
             continue
-        partial[v + 1] = total
+        cold[v + 1], warm[v + 1], used[v + 1] = total_cold, total_warm, bytes_
         v += 1
     if best_choice is None:
         raise Infeasible("no combination of choices has finite layout-transform costs on every edge")
     return Assignment(choice=best_choice, cost=float(problem.evaluate(best_choice)), method="brute",
-                      optimal=True, seconds=time.perf_counter() - t0)
+                      optimal=True, seconds=time.perf_counter() - t0,
+                      resident=problem.resident(best_choice) if cache is not None else None)

@@ -10,6 +10,14 @@ means optimal for the rounded costs: within ``RESOLUTION_MS / 2`` per cost term 
 optimum. The returned ``Assignment.cost`` is ``problem.evaluate`` of the choice, unrounded.
 Building the model (~0.4 s per 1000 nodes) is not interrupted; CP-SAT gets what remains of
 ``time_limit``.
+
+Residency (``Problem.cache_bytes`` set) is solved twice with the decision fixed, which the
+prototype (shared/examples/cpsat_selection) found much faster than a big-M or enforced
+formulation: R=1 with warm times and the knapsack sum(weight + workspace bytes) <= cache_bytes -
+activation_bytes, and R=0 with cold times and no constraint; the better by ``problem.evaluate``
+wins. R=0 may pick an assignment that happens to fit: its true (warm) cost is then no higher
+than its cold objective as long as warm <= cold, so the pair is exact. If some choice is slower
+warm than cold, R=0 is restricted to assignments that overflow, to stay exact.
 """
 from __future__ import annotations
 
@@ -43,6 +51,12 @@ def solve(problem: Problem, *, time_limit: float = 30.0) -> Assignment:
     relative distance to CP-SAT's lower bound. If CP-SAT finds nothing within the limit, the
     greedy assignment is returned (``optimal=False``, with its gap).
 
+    With a cache budget the time limit is split between the resident (R=1) and the cold (R=0)
+    solve (the second gets what the first left); ``optimal`` needs both proven, ``gap`` is
+    measured against the lower of the two bounds, and ``resident`` says which state the
+    returned choice runs in. A budget that no assignment fits, or that every assignment fits,
+    needs only one solve.
+
     Raises :class:`~graphselect.errors.Infeasible` when no finite-cost assignment exists, and
     :class:`~graphselect.errors.GraphSelectError` when none was found within ``time_limit``
     seconds (raise it).
@@ -59,8 +73,61 @@ def solve(problem: Problem, *, time_limit: float = 30.0) -> Assignment:
 def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
     t0 = time.perf_counter()
     domains = consistent_domains(problem)
+    branches = _branches(problem, domains)
+    runs = []                         # (status, choice or None, lower bound in ms)
+    for k, (warm, knapsack) in enumerate(branches):
+        share = (time_limit - (time.perf_counter() - t0)) / (len(branches) - k)
+        runs.append(_branch(problem, domains, warm, knapsack, max(0.01, share), parameters))
+    if all(status == cp_model.INFEASIBLE for status, _, _ in runs):
+        raise Infeasible("no combination of choices has finite layout-transform costs on every edge")
+    found = [choice for _, choice, _ in runs if choice is not None]
+    if found:
+        choice = min(found, key=problem.evaluate)
+    else:                             # no solution within the limit; fall back to greedy
+        try:
+            choice = greedy.solve(problem).choice
+        except Infeasible:
+            raise GraphSelectError(f"CP-SAT found no assignment within time_limit={time_limit} s; "
+                                   f"raise the time limit") from None
+    cost = float(problem.evaluate(choice))
+    optimal = bool(found) and all(status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+                                  for status, _, _ in runs)
+    bound = min(b for _, _, b in runs)
+    gap = 0.0 if optimal or cost <= 0 else max(0.0, (cost - bound) / cost)
+    return Assignment(choice=choice, cost=cost, method="cp-sat", optimal=optimal,
+                      seconds=time.perf_counter() - t0, gap=gap,
+                      resident=problem.resident(choice) if problem.cache_bytes is not None else None)
+
+
+def _branches(problem: Problem, domains) -> list[tuple[bool, str | None]]:
+    """The solves to run: (warm times?, knapsack None | "fit" | "overflow")."""
+    if problem.cache_bytes is None:
+        return [(False, None)]
+    room = problem.cache_bytes - problem.activation_bytes
+    sizes = [[_bytes(problem.nodes[v].choices[c]) for c in dom] for v, dom in enumerate(domains)]
+    if room < sum(map(min, sizes)):
+        return [(False, None)]        # nothing fits: cold everywhere
+    if sum(map(max, sizes)) <= room:
+        return [(True, None)]         # everything fits: warm everywhere
+    slower_warm = any(problem.nodes[v].choices[c].time(True) > problem.nodes[v].choices[c].cost
+                      for v, dom in enumerate(domains) for c in dom)
+    return [(True, "fit"), (False, "overflow" if slower_warm else None)]
+
+
+def _bytes(ch) -> int:
+    return ch.weight_bytes + ch.workspace_bytes
+
+
+def _branch(problem: Problem, domains, warm: bool, knapsack: str | None, time_limit: float,
+            parameters: dict):
+    """One CP-SAT solve with the residency fixed: (status, choice or None, lower bound ms).
+
+    INFEASIBLE is returned only under a knapsack (the other half may still have solutions);
+    without one it is raised.
+    """
+    t0 = time.perf_counter()
     nodes = problem.nodes
-    scale = _scale(problem, domains)
+    scale = _scale(problem, domains, warm)
 
     def units(ms):
         return round(ms * scale)
@@ -82,10 +149,19 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
 
     for v, dom in enumerate(domains):
         if x[v] is None:
-            const += units(nodes[v].choices[fixed[v]].cost)
+            const += units(nodes[v].choices[fixed[v]].time(warm))
         else:
             for c, var in x[v].items():
-                pay(var, units(nodes[v].choices[c].cost))
+                pay(var, units(nodes[v].choices[c].time(warm)))
+
+    if knapsack is not None:          # relative to each node's smallest choice: small coefficients
+        room = problem.cache_bytes - problem.activation_bytes
+        base = [min(_bytes(nodes[v].choices[c]) for c in dom) for v, dom in enumerate(domains)]
+        room -= sum(base)
+        extra = cp_model.LinearExpr.weighted_sum(
+            [var for v, xv in enumerate(x) if xv for var in xv.values()],
+            [_bytes(nodes[v].choices[c]) - base[v] for v, xv in enumerate(x) if xv for c in xv])
+        m.add(extra <= room if knapsack == "fit" else extra >= room + 1)
 
     one_hots = {}
 
@@ -145,30 +221,23 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
     solver.parameters.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - t0))
     status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
-        raise Infeasible("no combination of choices has finite layout-transform costs on every edge")
+        if knapsack is None:
+            raise Infeasible("no combination of choices has finite layout-transform costs on every edge")
+        return status, None, math.inf
     if status == cp_model.MODEL_INVALID:
         raise GraphSelectError(f"CP-SAT rejected the model: {m.validate()}")
+    choice = None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         choice = tuple(fixed[v] if xv is None else next(c for c, var in xv.items()
                                                         if solver.boolean_value(var))
                        for v, xv in enumerate(x))
-    else:                             # UNKNOWN: no solution within the limit; fall back to greedy
-        try:
-            choice = greedy.solve(problem).choice
-        except Infeasible:
-            raise GraphSelectError(f"CP-SAT found no assignment within time_limit={time_limit} s; "
-                                   f"raise the time limit") from None
-    cost = float(problem.evaluate(choice))
-    optimal = status == cp_model.OPTIMAL
-    bound = solver.best_objective_bound / scale
-    gap = 0.0 if optimal or cost <= 0 else max(0.0, (cost - bound) / cost)
-    return Assignment(choice=choice, cost=cost, method="cp-sat", optimal=optimal,
-                      seconds=time.perf_counter() - t0, gap=gap)
+    return status, choice, solver.best_objective_bound / scale
 
 
-def _scale(problem: Problem, domains) -> float:
+def _scale(problem: Problem, domains, warm: bool = False) -> float:
     """1 / RESOLUTION_MS, coarsened by powers of ten when the worst total would not fit."""
-    worst = sum(max(abs(problem.nodes[v].choices[c].cost) for c in dom) for v, dom in enumerate(domains))
+    worst = sum(max(abs(problem.nodes[v].choices[c].time(warm)) for c in dom)
+                for v, dom in enumerate(domains))
     worst += sum(max((abs(t) for t in e.transform.values() if t < math.inf), default=0.0)
                  for e in problem.edges)
     scale = 1.0 / RESOLUTION_MS
