@@ -10,6 +10,13 @@ infinite-cost choices, missing transform pairs, so some are infeasible). ``chain
 ``residual`` and ``branching`` give large networks with ~20 candidates per conv, every conv
 keeping a finite NCHW->NCHW candidate and every transform to or from NCHW existing, so they are
 always feasible.
+
+With ``residency=True`` every generator draws the same network (same seed, same cold costs)
+and then adds a cache term: each conv choice gets ``warm_cost = cold * U(0.6, 0.95)``,
+``weight_bytes`` scaled by its algorithm (Winograd's transformed 4x4 tiles: 16/9) and by a
+random packing overhead, im2col a workspace; ``activation_bytes`` is the largest input plus
+output pair; and ``cache_bytes`` falls at a random point between the smallest and the largest
+possible footprint, so that about half the problems are resident at their optimum.
 """
 from __future__ import annotations
 
@@ -96,16 +103,43 @@ class _Builder:
                                   else math.inf, (layout,) * len(preds), layout))
         return self.add(kind, choices, shape, preds)
 
-    def problem(self):
-        return Problem(tuple(self.nodes), tuple(self.edges))
+    def problem(self, residency=False):
+        if not residency:
+            return Problem(tuple(self.nodes), tuple(self.edges))
+        rng, nodes = self.rng, []
+        for node in self.nodes:
+            choices = []
+            for ch in node.choices:
+                if ch.weight_bytes:       # a conv
+                    algo = ch.name.split("_")[0]
+                    wb = round(ch.weight_bytes * (16 / 9 if algo == "winograd" else 1.0)
+                               * rng.choice((1.0, 1.0, 1.25, 2.0)))
+                    ws = round(ch.weight_bytes * rng.uniform(0.5, 2.0)) if algo == "im2col" else 0
+                    warm = (max(self.quantum, self.ms(ch.cost * rng.uniform(0.6, 0.95)))
+                            if ch.cost < math.inf else None)
+                    ch = Choice(ch.name, ch.cost, ch.in_layouts, ch.out_layout, warm_cost=warm,
+                                weight_bytes=wb, workspace_bytes=ws)
+                choices.append(ch)
+            nodes.append(Node(node.name, tuple(choices)))
+        sizes = [[c.weight_bytes + c.workspace_bytes for c in n.choices if c.cost < math.inf] or [0]
+                 for n in nodes]
+        lo, hi = sum(map(min, sizes)), sum(map(max, sizes))
+        preds = {}
+        for e in self.edges:
+            preds.setdefault(e.dst, []).append(e.src)
+        act = max((4 * sum(h * h * c for h, c in [self.shape[v]] + [self.shape[u] for u in preds.get(v, [])])
+                   for v in range(len(nodes))), default=0)
+        cache = act + round(lo + (hi - lo) * rng.uniform(-0.1, 0.7))
+        return Problem(tuple(nodes), tuple(self.edges), cache_bytes=max(0, cache), activation_bytes=act)
 
 
-def random_problem(seed: int, *, max_nodes: int = 9) -> Problem:
+def random_problem(seed: int, *, max_nodes: int = 9, residency: bool = False) -> Problem:
     """A small random network (3 to ``max_nodes`` nodes) built from convs, elementwise ops,
     residual blocks (Add) and concat blocks, between an NCHW input and an NCHW output.
 
     Conv candidates take random (in, out) layouts (no guaranteed NCHW kernel), choices may be
     infinite, transform pairs may be missing, and costs are multiples of 1e-3 ms.
+    ``residency=True``: the same network plus a cache term (see the module docstring).
     """
     rng = random.Random(seed)
     layouts = LAYOUTS[:rng.randint(3, 5)]
@@ -130,7 +164,7 @@ def random_problem(seed: int, *, max_nodes: int = 9) -> Problem:
         else:
             u = conv(u)
     b.output(u)
-    return b.problem()
+    return b.problem(residency)
 
 
 def _large(seed, p_inf, p_missing):
@@ -139,7 +173,7 @@ def _large(seed, p_inf, p_missing):
 
 
 def chain(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.05,
-          p_missing: float = 0.05) -> Problem:
+          p_missing: float = 0.05, residency: bool = False) -> Problem:
     """A plain conv chain (VGG-like) of about ``n`` nodes with some ReLU-like ops."""
     rng, b = _large(seed, p_inf, p_missing)
     u = b.conv(b.input((224, 3)), 64, k=7, stride=4, n_cand=n_candidates)
@@ -154,11 +188,11 @@ def chain(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.05,
         else:
             u = b.conv(u, _STAGES[s][1], rng.choice((1, 3, 3)), n_cand=n_candidates)
     b.output(u)
-    return b.problem()
+    return b.problem(residency)
 
 
 def residual(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.05,
-             p_missing: float = 0.05) -> Problem:
+             p_missing: float = 0.05, residency: bool = False) -> Problem:
     """A ResNet-like stack of about ``n`` nodes: two convs plus a skip into an Add per block."""
     rng, b = _large(seed, p_inf, p_missing)
     u = b.conv(b.input((224, 3)), 64, k=7, stride=4, n_cand=n_candidates)
@@ -175,11 +209,11 @@ def residual(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.
             u = b.op("add", [u, main])
     u = b.op("pool", [u], (1, b.shape[u][1]))
     b.output(u)
-    return b.problem()
+    return b.problem(residency)
 
 
 def branching(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0.05,
-              p_missing: float = 0.05) -> Problem:
+              p_missing: float = 0.05, residency: bool = False) -> Problem:
     """An Inception-like stack of about ``n`` nodes: four branches (1 to 3 convs, one behind a
     pool) joined by a Concat per block."""
     rng, b = _large(seed, p_inf, p_missing)
@@ -203,7 +237,7 @@ def branching(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0
         u = b.op("concat", [b1, b2, b3, b4], (b.shape[b1][0], c))
     u = b.op("pool", [u], (1, b.shape[u][1]))
     b.output(u)
-    return b.problem()
+    return b.problem(residency)
 
 
 GENERATORS = {"chain": chain, "residual": residual, "branching": branching}

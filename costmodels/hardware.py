@@ -1,0 +1,131 @@
+"""The CPU's cache sizes, read from Linux sysfs (no TVM, no lscpu), and the residency budget.
+
+``detect()`` reads ``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,
+coherency_line_size}``; an override JSON file (argument, or the ``GRAPHSELECT_HARDWARE``
+environment variable) replaces any subset of the fields, for machines whose sysfs is missing or
+wrong (containers, VMs) or to study a different cache size.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+ENV = "GRAPHSELECT_HARDWARE"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    l1d_bytes: int       # per core
+    l2_bytes: int        # per L2 instance (per core on current x86 and Arm server parts)
+    l3_bytes: int        # per L3 instance seen by cpu0 (0: no L3)
+    line_bytes: int
+    cores: int           # logical CPUs this process may run on
+    source: str          # where the values came from: "sysfs", "defaults", "+override:PATH"
+
+
+# A typical current x86 server core, used when sysfs cannot be read.
+DEFAULTS = Hardware(l1d_bytes=32 * 1024, l2_bytes=1024 * 1024, l3_bytes=8 * 1024 * 1024,
+                    line_bytes=64, cores=1, source="defaults")
+
+_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from a sysfs size such as ``"48K"``, ``"32768K"``, ``"32M"`` or a plain integer."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"cannot read a cache size from {text!r}; expected e.g. 48K, 32M or 1048576")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _from_sysfs(root: Path) -> dict:
+    found = {}
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = parse_size((index / "size").read_text().strip())
+            line = int((index / "coherency_line_size").read_text())
+        except (OSError, ValueError):
+            continue
+        key = {(1, "Data"): "l1d_bytes", (2, "Unified"): "l2_bytes", (3, "Unified"): "l3_bytes"}.get((level, kind))
+        if key:
+            found[key] = size
+            found.setdefault("line_bytes", line)
+    return found
+
+
+def detect(override: str | Path | None = None, *, sysfs: str | Path = SYSFS_CACHE) -> Hardware:
+    """This machine's caches: sysfs, else :data:`DEFAULTS`, then the override file on top.
+
+    Parameters
+    ----------
+    override : path, optional
+        JSON object with any subset of ``l1d_bytes, l2_bytes, l3_bytes, line_bytes, cores``
+        (integers, or size strings such as ``"32M"``). Defaults to ``$GRAPHSELECT_HARDWARE``.
+    sysfs : path
+        The cache directory to read (tests point it elsewhere).
+
+    Raises
+    ------
+    ValueError
+        The override file is not a JSON object, names an unknown field, or has a bad size.
+    OSError
+        The override file cannot be read.
+
+    Examples
+    --------
+    >>> hw = detect()
+    >>> hw.l1d_bytes > 0 and hw.line_bytes > 0
+    True
+    """
+    found = _from_sysfs(Path(sysfs))
+    if {"l1d_bytes", "l2_bytes"} <= found.keys():
+        hw = replace(DEFAULTS, source="sysfs", cores=_cores(), **{"l3_bytes": 0, **found})
+    else:
+        hw = replace(DEFAULTS, cores=_cores())
+    override = override if override is not None else os.environ.get(ENV) or None
+    if override is None:
+        return hw
+    data = json.loads(Path(override).read_text())
+    allowed = {f.name for f in fields(Hardware)} - {"source"}
+    if not isinstance(data, dict) or not data.keys() <= allowed:
+        extra = sorted(set(data) - allowed) if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{override}: expected a JSON object with fields among {sorted(allowed)}, "
+                         f"got {extra}")
+    values = {k: parse_size(v) for k, v in data.items()}
+    return replace(hw, source=f"{hw.source}+override:{override}", **values)
+
+
+def residency_budget(hw: Hardware) -> int:
+    """Bytes of cache a network's weights, workspaces and live activations may count on.
+
+    ``0.75 * L3 + L2`` (``L2`` alone when there is no L3). L2 counts once, not per core: the
+    threads of one layer read the same weights, so the private L2s hold copies rather than
+    distinct data; it counts at all because current L3s (Intel since Skylake-SP, AMD Zen) are
+    non-inclusive victim caches, so L2 adds to the capacity instead of duplicating L3. A quarter
+    of L3 is held back for what the budget does not model: code, the runtime's own data,
+    streaming misses, conflict misses of a set-associative cache with imperfect LRU, and other
+    processes sharing the last-level cache.
+
+    Examples
+    --------
+    >>> residency_budget(Hardware(32768, 1 << 20, 32 << 20, 64, 2, "example")) == 25 << 20
+    True
+    """
+    if hw.l3_bytes <= 0:
+        return hw.l2_bytes
+    return int(0.75 * hw.l3_bytes) + hw.l2_bytes
