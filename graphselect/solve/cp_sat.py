@@ -149,10 +149,18 @@ def _branch(problem: Problem, domains, warm: bool, knapsack: str | None, time_li
 
     for v, dom in enumerate(domains):
         if x[v] is None:
-            const += units(nodes[v].choices[fixed[v]].time(warm))
+            t = nodes[v].choices[fixed[v]].time(warm)
+            if t == math.inf:             # a warm_cost of inf: no assignment in this branch
+                m.add_bool_or([])
+            else:
+                const += units(t)
         else:
             for c, var in x[v].items():
-                pay(var, units(nodes[v].choices[c].time(warm)))
+                t = nodes[v].choices[c].time(warm)
+                if t == math.inf:
+                    m.add(var == 0)
+                else:
+                    pay(var, units(t))
 
     if knapsack is not None:          # relative to each node's smallest choice: small coefficients
         room = problem.cache_bytes - problem.activation_bytes
@@ -236,8 +244,8 @@ def _branch(problem: Problem, domains, warm: bool, knapsack: str | None, time_li
 
 def _scale(problem: Problem, domains, warm: bool = False) -> float:
     """1 / RESOLUTION_MS, coarsened by powers of ten when the worst total would not fit."""
-    worst = sum(max(abs(problem.nodes[v].choices[c].time(warm)) for c in dom)
-                for v, dom in enumerate(domains))
+    worst = sum(max((abs(t) for c in dom if (t := problem.nodes[v].choices[c].time(warm)) < math.inf),
+                    default=0.0) for v, dom in enumerate(domains))
     worst += sum(max((abs(t) for t in e.transform.values() if t < math.inf), default=0.0)
                  for e in problem.edges)
     scale = 1.0 / RESOLUTION_MS

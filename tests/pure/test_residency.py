@@ -273,3 +273,14 @@ def test_parse_size_and_budget():
     with pytest.raises(ValueError):
         parse_size("lots")
     assert residency_budget(Hardware(32 << 10, 1 << 20, 32 << 20, 64, 2, "t")) == 25 << 20
+
+
+def test_an_unusable_warm_time_is_avoided_by_every_exact_solver():
+    n = (Node("in", (Choice("in", 0.0, (), "L"),)),
+         Node("c", (Choice("a", 1.0, ("L",), "L", warm_cost=math.inf, weight_bytes=1),
+                    Choice("b", 2.0, ("L",), "L", warm_cost=1.5, weight_bytes=1))),
+         Node("d", (Choice("x", 1.0, ("L",), "L", weight_bytes=5), Choice("y", 1.0, ("L",), "L"))))
+    p = Problem(n, (Edge(0, 1, 0), Edge(1, 2, 0)), cache_bytes=3)
+    for method in ("cp-sat", "brute"):
+        a = solve(p, method=method)
+        assert a.choice == (0, 0, 0) and a.cost == 2.0 and a.optimal and a.resident is False
