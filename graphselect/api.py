@@ -110,7 +110,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
              input_shape: dict | tuple | None = None, solver: str = "cp-sat", families=None,
              cache: str | os.PathLike | None | bool = True, time_limit: float = 30.0, verify: bool = True,
              benchmark_runs: int = 30, timing=None, progress: Progress | None = None,
-             name: str | None = None) -> OptimizeResult:
+             name: str | None = None, cache_budget: int | str | None = "auto") -> OptimizeResult:
     """Optimize an ONNX CNN for this CPU.
 
     Parameters
@@ -133,6 +133,10 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         Compare the built network with onnxruntime (raises BuildError beyond 1e-4 relative error).
     benchmark_runs : int
         Runs for the end-to-end time of graphselect and onnxruntime (0 to skip).
+    cache_budget : int, "auto" or None
+        Bytes of cache the network's weights, workspaces and live activations may count on to
+        run with warm-weight timings ("auto": from the CPU's cache sizes, see
+        ``costmodels.hardware``; None: always cold-weight timings).
 
     Returns
     -------
@@ -197,8 +201,16 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                    progress=lambda d, n, m: progress("measure", d, n, m))
     t0 = lap("measure", t0)
 
-    problem = plan_mod.make_problem(lg, plan, meas)
-    assignment: Assignment = solve_mod.solve(problem, method=solver, time_limit=time_limit)
+    if cache_budget == "auto":
+        from costmodels.hardware import detect, residency_budget
+        budget = residency_budget(detect())
+    else:
+        budget = None if cache_budget in (None, "off") else int(cache_budget)
+    problem = plan_mod.make_problem(lg, plan, meas, cache_bytes=budget)
+    try:
+        assignment: Assignment = solve_mod.solve(problem, method=solver, time_limit=time_limit)
+    except ValueError as e:        # e.g. dp on a graph that is not a tree: the user picked it
+        raise GraphSelectError(str(e)) from None
     try:
         greedy = solve_mod.solve(problem, method="greedy") if solver != "greedy" else assignment
     except GraphSelectError:       # greedy can dead-end on reconvergent graphs; it is only a baseline

@@ -69,6 +69,15 @@ def _resolve_model(arg: str, sparsity: float = 0.0):
     raise GraphSelectError(f"{arg!r} is neither a file nor a zoo model; zoo models: {', '.join(models.ZOO)}")
 
 
+def _parse_budget(text: str):
+    if text in ("auto", "off"):
+        return text
+    try:
+        return int(float(text))
+    except ValueError:
+        raise GraphSelectError(f"--cache-budget {text!r}: expected auto, off or a number of bytes") from None
+
+
 def cmd_optimize(a) -> int:
     from .api import optimize
     from .report.terminal import summary_table
@@ -80,7 +89,7 @@ def cmd_optimize(a) -> int:
         res = optimize(model, target=a.target, threads=a.threads, input_shape=_parse_shape(a.input_shape),
                        solver=a.solver, families=a.families.split(",") if a.families else None, cache=cache,
                        time_limit=a.time_limit, verify=not a.no_verify, benchmark_runs=a.runs,
-                       progress=prog, name=name)
+                       progress=prog, name=name, cache_budget=_parse_budget(a.cache_budget))
     finally:
         prog.close()
     paths = res.export(outdir)
@@ -121,7 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
     o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")
     o.add_argument("--input-shape", help="fix a dynamic input shape: NAME:1,3,224,224")
-    o.add_argument("--solver", default="cp-sat", choices=["cp-sat", "greedy", "brute"])
+    o.add_argument("--solver", default="cp-sat", choices=["cp-sat", "greedy", "dp", "brute"],
+                   help="cp-sat (default, exact), greedy (warm per-layer fastest), dp (chains/trees), brute")
+    o.add_argument("--cache-budget", default="auto",
+                   help="bytes of cache the weights may stay resident in (auto: from the CPU; off: always cold)")
     o.add_argument("--families", help="comma-separated candidate families (default: all)")
     o.add_argument("--cache", help="record store path (default: the user's cache folder)")
     o.add_argument("--no-cache", action="store_true", help="keep measurements in memory only")

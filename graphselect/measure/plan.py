@@ -183,9 +183,12 @@ def _in_layout(opt, port: int, layer: Layer) -> str:
     return obj
 
 
-def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measurement]) -> Problem:
-    """Node costs are the cold-weight timings: their sum predicted ResNet-18 end to end within 1%
-    on this machine, where the warm sum missed by 14% (46 MB of weights do not stay in a 32 MB L3)."""
+def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measurement],
+                 cache_bytes: int | None = None) -> Problem:
+    """Node costs are the cold-weight timings (their sum predicted ResNet-18 end to end within 1%
+    on this machine, where the warm sum missed by 14%: 46 MB of weights do not stay in a 32 MB
+    L3) and the warm ones; with ``cache_bytes`` the solver decides which apply: warm when the
+    chosen weights and workspaces plus the live activations fit the budget."""
     index = {name: i for i, name in enumerate(lg.layers)}
     nodes = []
     for name, layer in lg.layers.items():
@@ -219,7 +222,17 @@ def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measure
             m = meas.get(key)
             tr[ab] = m.cold_ms if m is not None and m.ok else math.inf
         edges.append(Edge(index[src], index[dst], port, tr))
-    return Problem(tuple(nodes), tuple(edges))
+    return Problem(tuple(nodes), tuple(edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes(lg))
+
+
+def activation_bytes(lg: LayerGraph) -> int:
+    """Live activations while the network runs: the largest input-plus-output of any layer
+    (float32), the working set between two layers' weights."""
+    best = 0
+    for layer in lg.layers.values():
+        shapes = [lg.layers[s].out_shape for s in layer.inputs] + [layer.out_shape]
+        best = max(best, sum(4 * int(np.prod(sh)) for sh in shapes if sh))
+    return best
 
 
 def selection_from(lg: LayerGraph, plan: Plan, choice: tuple[int, ...]) -> dict:

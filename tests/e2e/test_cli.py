@@ -110,3 +110,8 @@ def test_pytorch_exported_model(tmp_path):
     convs = {l["name"]: l for l in rep["layers"] if l["kind"] == "conv"}
     assert convs["conv0"]["epilogue"] == "bias+clip(0.0,6.0)"     # ReLU6 fused into the stem conv
     assert convs["conv2"]["epilogue"] == "bias+res+relu"
+
+
+def test_dp_solver_refuses_graphs_that_are_not_trees(tmp_path):
+    r = run("optimize", "tiny", "--solver", "dp", "--no-cache", "--runs", "0", cwd=tmp_path)
+    assert r.returncode == 2 and "dp is exact on chains and trees" in r.stderr

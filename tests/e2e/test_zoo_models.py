@@ -26,3 +26,21 @@ def test_small_models(name, size):
 def test_big_models(name):
     r = graphselect.optimize(models.build(name, image_size=64), cache=None, benchmark_runs=0, timing=QUICK)
     assert r.report["max_rel_err"] <= 1e-4
+
+
+def test_cache_budget_decides_warm_or_cold_timings():
+    m = models.build("tiny")
+    big = graphselect.optimize(m, cache=None, benchmark_runs=0, timing=QUICK, cache_budget=10**12)
+    off = graphselect.optimize(m, cache=None, benchmark_runs=0, timing=QUICK, cache_budget=None)
+    assert big.report["cache"]["resident"] is True
+    assert off.report["cache"]["resident"] is False and off.report["cache"]["budget_bytes"] is None
+    # resident: the prediction is the sum of warm times, which the problem evaluates as such
+    p = big.extra["problem"]
+    choice = big.extra["solution"].choice
+    warm = sum(n.choices[k].time(True) for n, k in zip(p.nodes, choice))
+    cold = sum(n.choices[k].cost for n, k in zip(p.nodes, choice))
+    edges = sum(e.cost(p.nodes[e.src].choices[choice[e.src]].out_layout,
+                       p.nodes[e.dst].choices[choice[e.dst]].in_layouts[e.port]) for e in p.edges)
+    assert abs(big.extra["solution"].cost - (warm + edges)) < 1e-9
+    assert warm != cold
+    assert big.report["cache"]["footprint_bytes"] <= 10**12
