@@ -61,7 +61,6 @@ def main():
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
 
     import tvm
-    from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
     import graphselect

@@ -158,7 +158,6 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         from .measure.local import TimingConfig
         timing = TimingConfig()
 
-    import onnx
     import tvm
     from costmodels.problem import Assignment
     from .frontend import onnx_prep

@@ -27,8 +27,6 @@ class _Progress:
         line = f"[{el:6.1f}s] {stage:9s} {done}/{total} {msg}"
         if self.tty:
             self.stream.write("\r\033[K" + line[:150])
-            if stage != self.last_stage and self.last_stage is not None:
-                pass
             self.stream.flush()
         elif stage != self.last_stage or pct // 10 != self.last_pct // 10 or done == total:
             self.stream.write(line + "\n")

@@ -6,7 +6,6 @@ import sys
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import models

@@ -1,9 +1,6 @@
 """The rewrite under arbitrary assignments: whatever the solver picks must build and match
 onnxruntime, with layout transforms exactly where layouts change."""
-import itertools
-
 import numpy as np
-import onnx
 import pytest
 
 tvm = pytest.importorskip("tvm")
@@ -12,7 +9,6 @@ import models
 from graphselect import candidates
 from graphselect.frontend import onnx_prep
 from graphselect.frontend.relax_import import import_onnx
-from graphselect.graph import layouts
 from graphselect.graph.layers import extract
 from graphselect.measure.e2e import ort_session
 from graphselect.rewrite.apply import apply, count_transforms
