@@ -106,3 +106,6 @@ class Assignment:
     seconds: float = 0.0
     gap: float = 0.0            # relative gap to the best bound when not proven optimal
     resident: bool | None = None  # problem.resident(choice); None when the problem has no cache term
+    # other good, distinct choices the method met (cp-sat: the best of the other residency
+    # branch), worth building and timing before trusting the prediction
+    alternatives: tuple[tuple[int, ...], ...] = ()

@@ -221,8 +221,16 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     # the solver's choice, and (when end-to-end timing is on) the other distinct assignments
     # worth checking: predictions are verified by measurement, not trusted
     alternatives = [(solver, assignment)]
-    if benchmark_runs and greedy.choice != assignment.choice:
+    if benchmark_runs:
+        for c in assignment.alternatives:      # e.g. the best assignment of the other residency state
+            state = "resident" if problem.resident(c) else "cold"
+            alternatives.append((f"{solver} ({state})", Assignment(tuple(c), problem.evaluate(c), solver, False,
+                                                                   resident=problem.resident(c))))
         alternatives.append(("greedy", greedy))
+    distinct: dict = {}
+    for lb, a in alternatives:
+        distinct.setdefault(tuple(a.choice), (lb, a))
+    alternatives = list(distinct.values())
     built = []
     for label, a in alternatives:
         progress("build", len(built), len(alternatives), f"compiling the {label} selection")

@@ -94,9 +94,11 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
                                   for status, _, _ in runs)
     bound = min(b for _, _, b in runs)
     gap = 0.0 if optimal or cost <= 0 else max(0.0, (cost - bound) / cost)
+    others = tuple(dict.fromkeys(tuple(c) for c in found if tuple(c) != tuple(choice)))
     return Assignment(choice=choice, cost=cost, method="cp-sat", optimal=optimal,
                       seconds=time.perf_counter() - t0, gap=gap,
-                      resident=problem.resident(choice) if problem.cache_bytes is not None else None)
+                      resident=problem.resident(choice) if problem.cache_bytes is not None else None,
+                      alternatives=others)
 
 
 def _branches(problem: Problem, domains) -> list[tuple[bool, str | None]]:
