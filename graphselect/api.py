@@ -200,11 +200,17 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                    progress=lambda d, n, m: progress("measure", d, n, m))
     t0 = lap("measure", t0)
 
+    from costmodels.hardware import detect, residency_budget, throughput
+    hw = detect()
     if cache_budget == "auto":
-        from costmodels.hardware import detect, residency_budget
-        budget = residency_budget(detect())
+        budget = residency_budget(hw)
     else:
         budget = None if cache_budget in (None, "off") else int(cache_budget)
+    hardware = {"l1d_bytes": hw.l1d_bytes, "l2_bytes": hw.l2_bytes, "l3_bytes": hw.l3_bytes,
+                "line_bytes": hw.line_bytes, "source": hw.source, "residency_budget_bytes": residency_budget(hw)}
+    if store.path is not None:     # peak FLOP/s and bandwidth: measured once per CPU and thread count
+        tp = throughput(store.path.parent / "hardware.json", threads=spec.threads, cpu=ctx.cpu)
+        hardware.update(peak_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs)
     problem = plan_mod.make_problem(lg, plan, meas, cache_bytes=budget)
     try:
         assignment: Assignment = solve_mod.solve(problem, method=solver, time_limit=time_limit)
@@ -290,6 +296,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     result.report["alternatives"] = [
         {"label": lb, "predicted_ms": round(a.cost, 4), "measured_ms": round(measured[lb], 4) if lb in measured else None,
          "max_rel_err": errs.get(lb), "chosen": lb == label} for lb, a, _, _ in built]
+    result.report["hardware"] = hardware
     result.report["chosen_by"] = "measurement" if measured and len(built) > 1 else assignment_used.method
     result.extra.update(lg=lg, plan=plan, problem=problem, solution=assignment, greedy=greedy,
                         measurements=meas, prepared=prepared)

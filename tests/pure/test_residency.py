@@ -284,3 +284,21 @@ def test_an_unusable_warm_time_is_avoided_by_every_exact_solver():
     for method in ("cp-sat", "brute"):
         a = solve(p, method=method)
         assert a.choice == (0, 0, 0) and a.cost == 2.0 and a.optimal and a.resident is False
+
+
+def test_throughput_is_measured_once_and_stored(tmp_path, monkeypatch):
+    from costmodels import hardware
+    calls = []
+    real = hardware.measure_throughput
+
+    def counting(threads, cpu, **kw):
+        calls.append(1)
+        return real(threads, cpu, repeats=1)
+    monkeypatch.setattr(hardware, "measure_throughput", counting)
+    store = tmp_path / "hw.json"
+    a = hardware.throughput(store, threads=2, cpu="test-cpu")
+    b = hardware.throughput(store, threads=2, cpu="test-cpu")
+    assert a == b and len(calls) == 1
+    assert a.peak_gflops > 1 and a.bandwidth_gbs > 0.5
+    hardware.throughput(store, threads=1, cpu="test-cpu")      # another key measures again
+    assert len(calls) == 2
