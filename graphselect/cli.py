@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
     o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")
     o.add_argument("--input-shape", help="fix a dynamic input shape: NAME:1,3,224,224")
-    o.add_argument("--solver", default="cp-sat", choices=["cp-sat", "greedy", "dp", "brute"],
+    o.add_argument("--solver", default="cp-sat", choices=["cp-sat", "greedy", "dp", "brute", "pbqp"],
                    help="cp-sat (default, exact), greedy (warm per-layer fastest), dp (chains/trees), brute")
     o.add_argument("--cache-budget", default="auto",
                    help="bytes of cache the weights may stay resident in (auto: from the CPU; off: always cold)")

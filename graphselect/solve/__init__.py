@@ -12,12 +12,13 @@ import math
 from costmodels.problem import Assignment, Problem
 from graphselect.errors import Infeasible
 
-from . import brute, cp_sat, dp, greedy
+from . import brute, cp_sat, dp, greedy, pbqp
 
 METHODS = {
     "cp-sat": cp_sat.solve,      # exact (proven optimal within its time limit, else a gap)
     "greedy": greedy.solve,      # per-layer fastest baseline
     "brute": brute.solve,        # exhaustive; small problems only
+    "pbqp": pbqp.solve,          # PBQP reductions: exact unless the heuristic RN step is needed
 }
 # Methods that refuse (ValueError) problems outside their class; kept out of METHODS, which
 # names the methods that take any DAG and that every same-cases-for-all test runs against.
@@ -32,7 +33,7 @@ def solve(problem: Problem, *, method: str = "cp-sat", time_limit: float = 30.0)
     Parameters
     ----------
     problem : Problem
-    method : {"cp-sat", "greedy", "brute", "dp"}
+    method : {"cp-sat", "greedy", "brute", "pbqp", "dp"}
         "dp" only takes chains and in-trees without ``cache_bytes`` (ValueError otherwise).
     time_limit : float
         Seconds; honoured by "cp-sat", ignored by the others.

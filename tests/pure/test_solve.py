@@ -132,7 +132,7 @@ def test_infeasible_beyond_arc_consistency(method):
 
 def test_unknown_method_lists_the_methods():
     with pytest.raises(ValueError, match="cp-sat.*greedy.*brute"):
-        solve(synthetic.random_problem(0), method="pbqp")
+        solve(synthetic.random_problem(0), method="no-such-method")
     with pytest.raises(ValueError):
         solve(synthetic.random_problem(0), time_limit=0)
 
