@@ -89,7 +89,11 @@ class Problem:
         """Total cost of one choice index per node (math.inf if infeasible): every node at its
         warm time when :meth:`resident`, else at its cold ``cost``; plus the edge transforms."""
         warm = self.resident(choice)
-        total = sum(self.nodes[i].choices[k].time(warm) for i, k in enumerate(choice))
+        return sum(self.nodes[i].choices[k].time(warm) for i, k in enumerate(choice)) + self.transform_cost(choice)
+
+    def transform_cost(self, choice: tuple[int, ...] | list[int]) -> float:
+        """The layout transforms ``choice`` needs on its edges (ms)."""
+        total = 0.0
         for e in self.edges:
             a = self.nodes[e.src].choices[choice[e.src]]
             b = self.nodes[e.dst].choices[choice[e.dst]]

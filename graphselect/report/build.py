@@ -50,13 +50,6 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
         else:
             row["layout"] = chosen[0]
         layers.append(row)
-    n_idx = {n: i for i, n in enumerate(names)}
-    edge_cost = 0.0
-    for e in problem.edges:
-        a = problem.nodes[e.src].choices[assignment.choice[e.src]]
-        b = problem.nodes[e.dst].choices[assignment.choice[e.dst]]
-        edge_cost += e.cost(a.out_layout, b.in_layouts[e.port])
-    del n_idx
     ort = times.get("onnxruntime")
     gs = times.get("graphselect")
     return {
@@ -73,7 +66,7 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
         "cache": {"budget_bytes": problem.cache_bytes, "activation_bytes": problem.activation_bytes,
                   "footprint_bytes": problem.footprint(assignment.choice),
                   "resident": problem.resident(assignment.choice)},
-        "predicted_transform_ms": _r(edge_cost),
+        "predicted_transform_ms": _r(problem.transform_cost(assignment.choice)),
         "measured_e2e_ms": _r(gs),
         "onnxruntime_ms": _r(ort),
         "ratio_to_onnxruntime": _r(gs / ort) if gs and ort else None,

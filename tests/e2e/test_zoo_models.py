@@ -39,8 +39,6 @@ def test_cache_budget_decides_warm_or_cold_timings():
     choice = big.extra["solution"].choice
     warm = sum(n.choices[k].time(True) for n, k in zip(p.nodes, choice))
     cold = sum(n.choices[k].cost for n, k in zip(p.nodes, choice))
-    edges = sum(e.cost(p.nodes[e.src].choices[choice[e.src]].out_layout,
-                       p.nodes[e.dst].choices[choice[e.dst]].in_layouts[e.port]) for e in p.edges)
-    assert abs(big.extra["solution"].cost - (warm + edges)) < 1e-9
+    assert abs(big.extra["solution"].cost - (warm + p.transform_cost(choice))) < 1e-9
     assert warm != cold
     assert big.report["cache"]["footprint_bytes"] <= 10**12
