@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.layers import ConvSpec
+from ..graph.layers import ACTIVATIONS, ConvSpec
 
-EPILOGUES = frozenset({"bias", "residual", "clip"})
+EPILOGUES = frozenset({"bias", "residual", "clip", *ACTIVATIONS})
 # Max relative error (to the output's scale) against the float64 direct convolution for the
 # exact algorithms; float32 accumulation over 4608 terms stays near 1e-6.
 TOLERANCE = 1e-5
@@ -46,6 +46,8 @@ class Candidate:
             need.add("residual")
         if spec.clip_lo is not None or spec.clip_hi is not None:
             need.add("clip")
+        if spec.act is not None:
+            need.add(spec.act)
         return need <= self.fusable_epilogues
 
 
@@ -76,8 +78,37 @@ def epilogue_compute(conv, spec: ConvSpec, bias, residual, bias_index):
             v = te.max(v, tvm.tirx.const(spec.clip_lo, "float32"))
         if spec.clip_hi is not None:
             v = te.min(v, tvm.tirx.const(spec.clip_hi, "float32"))
-        return v
+        return activation(v, spec.act)
     return te.compute(conv.shape, f, name="epilogue")
+
+
+def activation(v, act: str | None):
+    """``act`` (one of ``ACTIVATIONS`` or None) applied to the TIR value ``v``."""
+    import tvm
+    from tvm import te
+    if act is None:
+        return v
+    f32 = lambda c: tvm.tirx.const(c, "float32")  # noqa: E731
+    if act == "sigmoid":
+        return te.sigmoid(v)
+    if act == "silu":
+        return v * te.sigmoid(v)
+    if act == "hardswish":
+        return v * te.min(te.max(v + f32(3.0), f32(0.0)), f32(6.0)) / f32(6.0)
+    raise ValueError(f"unknown activation {act!r}")
+
+
+def activation_np(y: np.ndarray, act: str | None) -> np.ndarray:
+    """numpy twin of :func:`activation`."""
+    if act is None:
+        return y
+    if act == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-y))
+    if act == "silu":
+        return y / (1.0 + np.exp(-y))
+    if act == "hardswish":
+        return y * np.clip(y + 3.0, 0.0, 6.0) / 6.0
+    raise ValueError(f"unknown activation {act!r}")
 
 
 def finish(func, cand: Candidate, spec: ConvSpec, name: str):
@@ -100,12 +131,14 @@ def reference(spec: ConvSpec, x: np.ndarray, weight: np.ndarray, bias, residual)
     n, c = xp.shape[:2]
     oh, ow = spec.out_h, spec.out_w
     sh, sw = spec.stride
-    y = np.zeros((n, spec.out_channels, oh * ow))
-    w = weight.astype(np.float64)
+    g = spec.groups
+    og, ig = spec.out_channels // g, c // g
+    y = np.zeros((n, g, og, oh * ow))
+    w = weight.astype(np.float64).reshape(g, og, ig, *spec.kernel)
     for i in range(spec.kernel[0]):
         for j in range(spec.kernel[1]):
-            patch = xp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw].reshape(n, c, oh * ow)
-            y += np.matmul(w[:, :, i, j], patch)      # BLAS, one tap at a time
+            patch = xp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw].reshape(n, g, ig, oh * ow)
+            y += np.matmul(w[None, :, :, :, i, j], patch)      # BLAS, one tap at a time, per group
     y = y.reshape(n, spec.out_channels, oh, ow)
     if bias is not None:
         y += bias.astype(np.float64)[None, :, None, None]
@@ -115,7 +148,7 @@ def reference(spec: ConvSpec, x: np.ndarray, weight: np.ndarray, bias, residual)
         y = np.maximum(y, spec.clip_lo)
     if spec.clip_hi is not None:
         y = np.minimum(y, spec.clip_hi)
-    return y
+    return activation_np(y, spec.act)
 
 
 def schedule_tail(sch, conv_block, reduce_loop, spec: ConvSpec, pad_outer: int) -> None:

@@ -90,7 +90,8 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
         for CB in cbs:
             ncb = -(-spec.in_channels // CB)
             wbytes = 4 * (2 * nnz + spec.out_channels * ncb + 1) + (4 * spec.out_channels if spec.bias else 0)
-            for fused in (1, 0):
+            # the kernel's own epilogue knows bias, residual and clamp; an activation runs unfused
+            for fused in ((1, 0) if spec.act is None else (0,)):
                 out.append(Candidate(
                     family=FAMILY, params=tuple(sorted(dict(V=V, CB=CB, fused=fused, nnz=nnz, pattern=pattern).items())),
                     in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="CSR",

@@ -21,6 +21,10 @@ from ..errors import UnsupportedModel
 from . import layouts
 
 
+# Activations a conv can absorb after its clamp: x*sigmoid(x), x*clip(x+3, 0, 6)/6, sigmoid(x).
+ACTIVATIONS = ("silu", "hardswish", "sigmoid")
+
+
 @dataclass(frozen=True)
 class ConvSpec:
     """One conv workload including its fused epilogue: what a candidate is measured on."""
@@ -37,6 +41,7 @@ class ConvSpec:
     residual: bool = False
     clip_lo: float | None = None          # ReLU is clip_lo=0
     clip_hi: float | None = None
+    act: str | None = None                # applied last: one of ACTIVATIONS
 
     @property
     def out_h(self) -> int:
@@ -56,7 +61,12 @@ class ConvSpec:
 
     def bare(self) -> "ConvSpec":
         """The same convolution without its epilogue."""
-        return dataclasses.replace(self, bias=False, residual=False, clip_lo=None, clip_hi=None)
+        return dataclasses.replace(self, bias=False, residual=False, clip_lo=None, clip_hi=None, act=None)
+
+    @property
+    def depthwise(self) -> bool:
+        """One input and one output channel per group (groups == channels, multiplier 1)."""
+        return self.groups > 1 and self.groups == self.in_channels == self.out_channels
 
     @property
     def padded_input_bytes(self) -> int:
@@ -79,6 +89,8 @@ class ConvSpec:
                 parts.append("relu")
             else:
                 parts.append(f"clip({self.clip_lo},{self.clip_hi})")
+        if self.act is not None:
+            parts.append(self.act)
         return "+".join(parts) or "none"
 
     @property
@@ -89,7 +101,8 @@ class ConvSpec:
                 f"p{','.join(map(str, self.padding))} g{self.groups} epi={self.epilogue}")
 
     def describe(self) -> str:
-        return (f"{self.in_channels}->{self.out_channels} {self.kernel[0]}x{self.kernel[1]}/{self.stride[0]} "
+        g = "" if self.groups == 1 else (" dw" if self.depthwise else f" g{self.groups}")
+        return (f"{self.in_channels}->{self.out_channels} {self.kernel[0]}x{self.kernel[1]}/{self.stride[0]}{g} "
                 f"{self.height}x{self.width}")
 
 

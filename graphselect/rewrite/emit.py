@@ -95,7 +95,7 @@ def emit_conv(bb, layer: Layer, cand, prim_name: str, target, data, residual):
 
 
 def emit_epilogue(bb, y, spec, bias, residual, layout: str):
-    """bias add, residual add and clamp as separate Relax ops on ``y`` (in ``layout``)."""
+    """bias add, residual add, clamp and activation as separate Relax ops on ``y`` (in ``layout``)."""
     rx = _rx()
     if spec.bias:
         b = np.asarray(bias, "float32").reshape(1, -1, 1, 1)
@@ -106,4 +106,13 @@ def emit_epilogue(bb, y, spec, bias, residual, layout: str):
         y = bb.emit(rx.op.maximum(y, rx.const(np.float32(spec.clip_lo))))
     if spec.clip_hi is not None:
         y = bb.emit(rx.op.minimum(y, rx.const(np.float32(spec.clip_hi))))
+    if spec.act == "sigmoid":
+        y = bb.emit(rx.op.sigmoid(y))
+    elif spec.act == "silu":
+        y = bb.emit(rx.op.multiply(y, bb.emit(rx.op.sigmoid(y))))
+    elif spec.act == "hardswish":
+        h = bb.emit(rx.op.clip(bb.emit(rx.op.add(y, rx.const(np.float32(3.0)))), 0.0, 6.0))
+        y = bb.emit(rx.op.multiply(y, bb.emit(rx.op.divide(h, rx.const(np.float32(6.0))))))
+    elif spec.act is not None:
+        raise ValueError(f"unknown activation {spec.act!r}")
     return y
