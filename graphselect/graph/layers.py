@@ -219,6 +219,56 @@ def clamp_of(call, rx) -> tuple[str, float] | None:
     return None
 
 
+def _scalar_const(e, value: float | None = None) -> bool:
+    return _is_const(e) and const_value(e).size == 1 and \
+        (value is None or float(const_value(e).reshape(())) == value)
+
+
+def _activation_at(cur, us, bindings, users, out_vars, rx):
+    """(act, bindings it spans) when the values bound at ``us`` compute an activation of ``cur``
+    that nothing else reads: sigmoid(x), x*sigmoid(x) (SiLU as exported: Sigmoid then Mul) or
+    x*clip(x+3, 0, 6)/6 (how the ONNX importer writes HardSwish)."""
+    def only_user(var):
+        u = users.get(var, [])
+        return u[0] if len(u) == 1 and var not in out_vars else None
+
+    def is_mul_of(j, a, b):
+        v = bindings[j].value
+        return _op_name(v) == "relax.multiply" and len(v.args) == 2 and (
+            (v.args[0].same_as(a) and v.args[1].same_as(b)) or (v.args[0].same_as(b) and v.args[1].same_as(a)))
+
+    if len(us) == 1:
+        v = bindings[us[0]].value
+        if _op_name(v) == "relax.sigmoid" and v.args[0].same_as(cur):
+            return "sigmoid", [us[0]]
+        return None
+    if len(us) != 2:
+        return None
+    for j, k in (us, us[::-1]):
+        v = bindings[j].value
+        name = _op_name(v)
+        if name == "relax.sigmoid" and v.args[0].same_as(cur) and only_user(bindings[j].var) == k \
+                and is_mul_of(k, cur, bindings[j].var):
+            return "silu", [j, k]
+        if name == "relax.add" and v.args[0].same_as(cur) and _scalar_const(v.args[1], 3.0):
+            j2 = only_user(bindings[j].var)
+            if j2 is None:
+                continue
+            cl = clamp_of(bindings[j2].value, rx)
+            if cl != ("clip", (0.0, 6.0)):
+                continue
+            j3 = only_user(bindings[j2].var)
+            if j3 is None:
+                continue
+            d = bindings[j3].value
+            if _op_name(d) != "relax.divide" or not d.args[0].same_as(bindings[j2].var) \
+                    or not _scalar_const(d.args[1], 6.0) or only_user(bindings[j3].var) != k \
+                    or not is_mul_of(k, cur, bindings[j3].var):
+                continue
+            return "hardswish", [j, j2, j3, k]
+    return None
+
+
 def _channel_const(e, channels: int) -> bool:
     return _is_const(e) and (const_value(e).size == 1 or _shape(e) in ((1, channels, 1, 1), (channels, 1, 1)))
 
@@ -235,7 +285,11 @@ def _agnostic_layouts(call, in_shapes, out_shape, rx) -> tuple[str, ...]:
     elif name in _BINARY:
         tensors = [a for a in call.args if isinstance(a, rx.Var)]
         consts = [a for a in call.args if not isinstance(a, rx.Var)]
-        ok = all(_shape(a) == out_shape for a in tensors) and all(_channel_const(c, out_shape[1]) for c in consts)
+        # a per-channel scale (N, C, 1, 1), as squeeze-and-excitation multiplies by, broadcasts in
+        # any channel layout too
+        n, c = out_shape[:2]
+        ok = all(_shape(a) in (out_shape, (n, c, 1, 1)) for a in tensors) and \
+            any(_shape(a) == out_shape for a in tensors) and all(_channel_const(c_, c) for c_ in consts)
     elif name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         ok = call.attrs.layout == "NCHW" and call.attrs.out_layout == "NCHW"
     elif name == "relax.mean":
@@ -282,15 +336,25 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
         a = e.attrs
         ishape, wshape = _shape(e.args[0]), _shape(e.args[1])
         if ishape is None or len(ishape) != 4 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW" \
-                or a.out_layout != "NCHW" or any(int(d) != 1 for d in a.dilation) or int(a.groups) != 1:
-            continue   # grouped/dilated convs stay with TVM's own kernel for now
+                or a.out_layout != "NCHW" or any(int(d) != 1 for d in a.dilation):
+            continue   # dilated convs stay with TVM's own kernel
         O = wshape[0]
-        ch = {"conv": i, "bias": None, "res": None, "lo": None, "hi": None, "end": i}
+        ch = {"conv": i, "bias": None, "res": None, "lo": None, "hi": None, "act": None, "end": i}
         cur = b.var
         stage = 0
         while True:
             us = users.get(cur, [])
-            if len(us) != 1 or cur in out_vars or us[0] in absorbed:
+            if cur in out_vars or any(u in absorbed for u in us):
+                break
+            act = _activation_at(cur, us, bindings, users, out_vars, rx) if stage < 4 else None
+            if act is not None:
+                ch["act"], taken = act
+                absorbed.update(taken)
+                ch["end"] = taken[-1]
+                cur = bindings[taken[-1]].var
+                stage = 4
+                break
+            if len(us) != 1:
                 break
             j = us[0]
             v = bindings[j].value
@@ -304,8 +368,8 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                     and _shape(v.args[0]) == _shape(v.args[1]) and not v.args[0].same_as(v.args[1]):
                 ch["res"] = v.args[1] if v.args[0].same_as(cur) else v.args[0]
                 stage = 2
-            elif cl is not None and (v.args[0].same_as(cur) if name != "relax.call_tir"
-                                     else v.args[1].fields[0].same_as(cur)):
+            elif stage < 4 and cl is not None and (v.args[0].same_as(cur) if name != "relax.call_tir"
+                                                   else v.args[1].fields[0].same_as(cur)):
                 kind, val = cl
                 lo, hi = ch["lo"], ch["hi"]
                 if kind == "clip":
@@ -344,7 +408,7 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                             out_channels=w.shape[0], kernel=(w.shape[2], w.shape[3]),
                             stride=tuple(int(s) for s in a.strides), padding=pad, groups=int(a.groups),
                             bias=ch["bias"] is not None, residual=ch["res"] is not None,
-                            clip_lo=ch["lo"], clip_hi=ch["hi"])
+                            clip_lo=ch["lo"], clip_hi=ch["hi"], act=ch["act"])
             ins = [producer[conv.args[0]]] + ([producer[ch["res"]]] if ch["res"] is not None else [])
             k = rank[ch["conv"]]
             name = f"conv{k}"

@@ -15,7 +15,7 @@ from costmodels.problem import Choice, Edge, Node, Problem
 
 from .. import candidates as cand_mod
 from ..graph import layouts
-from ..graph.layers import Layer, LayerGraph
+from ..graph.layers import Layer, LayerGraph, _is_const, _shape
 from .local import Check, Job
 from .store import Measurement
 
@@ -86,6 +86,12 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
                 opts.append((c.key, spec.key, c.key, c))
                 if not c.fuses(spec):
                     jobs.append(_epilogue_job(layer, c.out_layout, target))
+            if not opts:
+                from ..errors import GraphSelectError
+                raise GraphSelectError(
+                    f"conv layer {layer.name} ({spec.describe()}{', ' + layer.onnx_name if layer.onnx_name else ''}) "
+                    f"has no candidate in the families {', '.join(families or cand_mod.FAMILIES)}; "
+                    f"include 'direct' (it applies to every conv)")
             options[layer.name] = opts
         elif layer.kind in ("agnostic", "fixed"):
             expr = bindings[layer.binding].value
@@ -213,7 +219,8 @@ def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measure
                 choices.append(Choice(cname, cold, ins, obj.out_layout, warm_cost=warm,
                                       weight_bytes=obj.weight_bytes, workspace_bytes=obj.workspace_bytes))
             else:
-                choices.append(Choice(cname, cold, (obj,) * nports, obj, warm_cost=warm))
+                choices.append(Choice(cname, cold, (obj,) * nports, obj, warm_cost=warm,
+                                      weight_bytes=const_bytes(lg, layer)))
         nodes.append(Node(name, tuple(choices)))
     edges = []
     for (src, dst, port), pairs in plan.transforms.items():
@@ -223,6 +230,24 @@ def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measure
             tr[ab] = m.cold_ms if m is not None and m.ok else math.inf
         edges.append(Edge(index[src], index[dst], port, tr))
     return Problem(tuple(nodes), tuple(edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes(lg))
+
+
+def const_bytes(lg: LayerGraph, layer: Layer) -> int:
+    """Bytes of the constants a non-conv layer reads on every run (a classifier's Gemm weights:
+    VGG-11's are 470 MB), which compete for the cache like conv weights do."""
+    if layer.binding < 0 or lg.func is None:
+        return 0
+    from tvm import relax as rx
+    total, stack = 0, [lg.func.body.blocks[0].bindings[layer.binding].value]
+    while stack:
+        e = stack.pop()
+        if _is_const(e):
+            total += int(np.prod(_shape(e) or (1,))) * 4
+        elif isinstance(e, rx.Call):
+            stack.extend(e.args)
+        elif isinstance(e, rx.Tuple):
+            stack.extend(e.fields)
+    return total
 
 
 def activation_bytes(lg: LayerGraph) -> int:

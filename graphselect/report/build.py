@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from costmodels.explain import compare
+
 from ..candidates import Candidate
 
 
@@ -62,6 +64,8 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
         "solver": {"method": assignment.method, "optimal": assignment.optimal, "seconds": _r(assignment.seconds, 3),
                    "gap": _r(assignment.gap, 6), "predicted_ms": _r(assignment.cost)},
         "greedy": {"predicted_ms": _r(greedy.cost)},
+        # which layers the selection changed against warm-cache greedy, and why
+        "versus_greedy": _rounded(compare(problem, assignment.choice, greedy.choice).as_dict()),
         "predicted_e2e_ms": _r(assignment.cost),
         "cache": {"budget_bytes": problem.cache_bytes, "activation_bytes": problem.activation_bytes,
                   "footprint_bytes": problem.footprint(assignment.choice),
@@ -78,6 +82,14 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
         "stage_seconds": stage_seconds,
         "layers": layers,
     }
+
+
+def _rounded(d):
+    if isinstance(d, dict):
+        return {k: _rounded(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_rounded(v) for v in d]
+    return _r(d) if isinstance(d, float) else d
 
 
 def _chosen_err(meas, workload, key):

@@ -440,6 +440,20 @@ def spread_chart(convs: list[dict]) -> str:
     return svg(LABEL_W + PLOT_W + RIGHT_W, bottom + 30, parts, "candidate cold times per conv layer")
 
 
+def versus_greedy(r: dict) -> str:
+    vg = r.get("versus_greedy") or {}
+    changes = vg.get("changes") or []
+    if not changes:
+        return empty("the selection equals warm-cache greedy")
+    rows = [[c.get("name"), c.get("reason"), c.get("baseline"), c.get("chosen"), c.get("baseline_ms"),
+             c.get("chosen_ms"), c.get("baseline_transform_ms"), c.get("chosen_transform_ms"),
+             nbytes(c.get("baseline_weight_bytes")), nbytes(c.get("chosen_weight_bytes")), c.get("text")]
+            for c in changes]
+    head = ["layer", "why", "greedy", "selected", "greedy ms", "selected ms", "greedy transforms ms",
+            "selected transforms ms", "greedy weights", "selected weights", "explanation"]
+    return f"<p>{esc(vg.get('summary'))}</p>" + table(head, rows, num_cols=(4, 5, 6, 7))
+
+
 # ---------------------------------------------------------------------------------------------
 
 def render_html(report: dict) -> str:
@@ -451,6 +465,11 @@ def render_html(report: dict) -> str:
         summary(r),
         section("Conv layers", conv_table(convs),
                 "Highlighted rows: the whole-graph choice differs from the candidate fastest on its own."),
+        section("Versus warm-cache greedy", versus_greedy(r),
+                "Greedy takes each layer's fastest candidate with warm weights. Why: cache = greedy's "
+                "choice is fast warm but greedy's whole selection overflows the cache budget and runs "
+                "cold; faster = the selected choice is faster in the network; layout = it saves layout "
+                "transforms on its edges; neighbours = it suits the choices around it."),
         section("Per-layer cost", cost_chart(layers),
                 "Bar: cost of the chosen implementation; black tick: cold time of the fastest candidate alone."),
         section("Candidate spread", spread_chart(convs),

@@ -140,4 +140,17 @@ def summary_table(report: dict, *, width: int = 120) -> str:
         lines.append("no conv layers")
     lines.append("")
     lines += _labelled(_e2e(report), width)
+    vg = report.get("versus_greedy") or {}
+    if vg.get("changes"):
+        lines += ["", _cut("versus warm-cache greedy: " + _s(vg.get("summary")), width * 3)]
+        rows = [[_s(c.get("name")), _s(c.get("reason")), _s(c.get("baseline")), _s(c.get("chosen")),
+                 f"{c['saved_ms']:.3f}" if _num(c.get("saved_ms")) else MISSING]
+                for c in vg["changes"][:MAX_CHANGES]]
+        lines += columns(["layer", "why", "greedy", "chosen", "saves ms"], rows, width=width, right={4},
+                         shrink={0, 2, 3})
+        if len(vg["changes"]) > MAX_CHANGES:
+            lines.append(f"... {len(vg['changes']) - MAX_CHANGES} more in report.json / report.html")
     return "\n".join(lines)
+
+
+MAX_CHANGES = 12
