@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ..graph.layers import ConvSpec
-from . import direct, nchwc, sparse_csr, winograd
+from . import depthwise, direct, nchwc, sparse_csr, winograd
 from .base import Candidate
 
-FAMILIES = {m.FAMILY: m for m in (direct, nchwc, winograd, sparse_csr)}
+FAMILIES = {m.FAMILY: m for m in (direct, nchwc, depthwise, winograd, sparse_csr)}
 
 
 def propose(spec: ConvSpec, families=None, weight=None) -> list[Candidate]:

@@ -1,4 +1,7 @@
-"""``direct``: plain NCHW convolution, vectorized along output width, tiled over output channels."""
+"""``direct``: plain NCHW convolution, vectorized along output width, tiled over output channels.
+
+Grouped convolutions (1 < groups < channels) reduce over their group's input channels; an output
+channel tile never straddles two groups. Depthwise convolutions belong to ``depthwise``."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,12 +19,16 @@ def _vec(ow: int) -> int:
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
-    if spec.groups != 1:
+    if spec.depthwise or spec.in_channels % spec.groups or spec.out_channels % spec.groups:
         return []
-    welems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]
+    og = spec.out_channels // spec.groups
+    tiles = [t for t in (4, 8) if og % t == 0]
+    if not tiles and spec.groups > 1:
+        tiles = [max(divisors_in(og, 1, 8))]
+    welems = spec.out_channels * (spec.in_channels // spec.groups) * spec.kernel[0] * spec.kernel[1]
     return [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
                            weight_elems=welems, workspace_bytes=spec.padded_input_bytes, oc_tile=t, vec=_vec(spec.out_w))
-            for t in (4, 8) if spec.out_channels % t == 0]
+            for t in tiles]
 
 
 def compute(spec: ConvSpec):
@@ -31,14 +38,18 @@ def compute(spec: ConvSpec):
     sh, sw = spec.stride
     pt, pl, pb, pr = spec.padding
     data = te.placeholder((n, c, h, w), name="data")
-    weight = te.placeholder((spec.out_channels, c, kh, kw), name="weight")
+    g = spec.groups
+    og, ig = spec.out_channels // g, c // g
+    weight = te.placeholder((spec.out_channels, ig, kh, kw), name="weight")
     bias = te.placeholder((spec.out_channels,), name="bias") if spec.bias else None
     padded = topi.nn.pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="data_pad") if any(spec.padding) else data
-    rc = te.reduce_axis((0, c), name="rc")
+    rc = te.reduce_axis((0, ig), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
+    # input channel of output channel o's group (rc itself when groups == 1)
+    ic = (lambda o: rc) if g == 1 else (lambda o: o // og * ig + rc)
     conv = te.compute(spec.out_shape, lambda b, o, y, x: te.sum(
-        padded[b, rc, y * sh + ry, x * sw + rx] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
+        padded[b, ic(o), y * sh + ry, x * sw + rx] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
     res = te.placeholder(spec.out_shape, name="residual") if spec.residual else None
     out = epilogue_compute(conv, spec, bias, res, lambda b, o, y, x: (o,))
     args = [data, weight] + ([bias] if bias is not None else []) + ([res] if res is not None else []) + [out]

@@ -1,5 +1,10 @@
 """``nchwc``: channel-blocked NCHW[ic]c -> NCHW[oc]c convolution (TOPI's conv2d_NCHWc compute with
-the classic x86 schedule: a reg_n x oc_bn register tile, epilogue applied per tile)."""
+the classic x86 schedule: a reg_n x oc_bn register tile, epilogue applied per tile).
+
+Grouped convolutions (1 < groups < channels) take blocks that divide the group width on both
+sides, so one output block reads the input blocks of one group only (TOPI's grouped
+conv2d_NCHWc); the weight is packed per group, (O/oc_bn, I/groups/ic_bn, kh, kw, ic_bn, oc_bn).
+Depthwise convolutions belong to ``depthwise``."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,12 +36,14 @@ def _reg_ns(ow: int, oc_bn: int) -> list[int]:
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
-    if spec.groups != 1:
+    g = spec.groups
+    if spec.depthwise or spec.in_channels % g or spec.out_channels % g:
         return []
     out = []
-    kelems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]
-    for ib in _blocks(spec.in_channels):
-        for ob in _blocks(spec.out_channels):
+    ig, og = spec.in_channels // g, spec.out_channels // g
+    kelems = spec.out_channels * ig * spec.kernel[0] * spec.kernel[1]
+    for ib in _blocks(ig):
+        for ob in _blocks(og):
             for rn in _reg_ns(spec.out_w, ob):
                 out.append(make_candidate(
                     FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
@@ -50,7 +57,8 @@ def compute(spec: ConvSpec, ib: int, ob: int, target):
     n, c, h, w = spec.in_shape
     O = spec.out_channels
     data = te.placeholder((n, c // ib, h, w, ib), name="data")
-    kern = te.placeholder((O // ob, c // ib, spec.kernel[0], spec.kernel[1], ib, ob), name="weight")
+    # conv2d_NCHWc infers the groups from the kernel's input blocks (c // ib when dense)
+    kern = te.placeholder((O // ob, c // spec.groups // ib, spec.kernel[0], spec.kernel[1], ib, ob), name="weight")
     bias = te.placeholder((O // ob, ob), name="bias") if spec.bias else None
     with target:    # conv2d_NCHWc reads Target.current()
         conv = topi.nn.conv2d_NCHWc(data, kern, list(spec.stride), list(spec.padding), 1,
