@@ -4,7 +4,12 @@ Every model is built with :class:`models.builder.GraphBuilder` (``onnx.helper``
 only, no torch): opset 17, ir_version 8, input "input" ``[batch, 3, H, W]``
 float32, output "output" ``[batch, classes]``.  Convs are followed by separate
 ``BatchNormalization`` nodes (unfolded, as PyTorch exports them) except in
-SqueezeNet, which has none.  Node names follow torchvision's module names.
+SqueezeNet, which has none, and the squeeze-and-excitation convs (``fc1``/``fc2``,
+with biases).  Node names follow torchvision's module names.  The mobile models
+(MobileNetV2, EfficientNet-B0, ShuffleNetV2, RegNetX-400MF) have torchvision's
+exact layer shapes and parameter counts, and write ops as ``torch.onnx`` does at
+opset 17: ReLU6 as ``Clip(x, min, max)``, SiLU as ``Mul(x, Sigmoid(x))``,
+``x.view`` with ``x.size()`` as Shape/Gather/Unsqueeze/Concat chains.
 
 Every builder takes keyword-only ``batch``, ``image_size`` (None = the model's
 default) and ``seed``; weights depend only on ``seed``, never on the input size.
@@ -19,7 +24,7 @@ from pathlib import Path
 
 import onnx
 
-from .builder import GraphBuilder
+from .builder import GAIN, GraphBuilder
 
 Builder = Callable[..., onnx.ModelProto]
 
@@ -212,6 +217,161 @@ def inception(b: GraphBuilder) -> str:
     return b.head(x, 1000)
 
 
+# ---------------------------------------------------------------- MobileNetV2
+# torchvision's inverted_residual_setting: expand ratio t, channels c, repeats n, stride s
+_MOBILENET_V2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                 (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+
+
+def _inverted_residual(b: GraphBuilder, x: str, p: str, cout: int, stride: int,
+                       expand: int) -> str:
+    """MobileNetV2 block: [1x1 expand + ReLU6] -> 3x3 depthwise + ReLU6 -> 1x1 linear
+    projection, plus the input when the stride is 1 and the channels match."""
+    cin = b.channels[x]
+    hidden, y, i = cin * expand, x, 0
+    if expand != 1:
+        y = b.conv_bn(y, hidden, 1, conv=f"{p}.conv.0.0", bn=f"{p}.conv.0.1",
+                      act=f"{p}.conv.0.2", act_op="Clip")
+        i = 1
+    y = b.conv_bn(y, hidden, 3, stride=stride, group=hidden, conv=f"{p}.conv.{i}.0",
+                  bn=f"{p}.conv.{i}.1", act=f"{p}.conv.{i}.2", act_op="Clip")
+    residual = stride == 1 and cin == cout
+    y = b.conv_bn(y, cout, 1, conv=f"{p}.conv.{i + 1}", bn=f"{p}.conv.{i + 2}",
+                  gamma_scale=0.3 if residual else 1.0)
+    return b.add(x, y, f"{p}.add") if residual else y
+
+
+@_register("MobileNetV2 1.0 (inverted residuals, depthwise 3x3, ReLU6 as Clip)",
+           image_size=224, min_image_size=32, convs=52)
+def mobilenet_v2(b: GraphBuilder) -> str:
+    x = b.conv_bn("input", 32, 3, stride=2, conv="features.0.0", bn="features.0.1",
+                  act="features.0.2", act_op="Clip")
+    i = 1
+    for t, c, n, s in _MOBILENET_V2:
+        for j in range(n):
+            x = _inverted_residual(b, x, f"features.{i}", c, s if j == 0 else 1, t)
+            i += 1
+    x = b.conv_bn(x, 1280, 1, conv=f"features.{i}.0", bn=f"features.{i}.1",
+                  act=f"features.{i}.2", act_op="Clip")
+    return b.head(x, 1000, fc="classifier.1")
+
+
+# ------------------------------------------------------------- EfficientNet-B0
+# torchvision's MBConvConfig list: expand ratio, kernel, stride, cin, cout, layers
+_EFFICIENTNET_B0 = [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2),
+                    (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4),
+                    (6, 3, 1, 192, 320, 1)]
+
+
+def _mbconv(b: GraphBuilder, x: str, p: str, cout: int, k: int, stride: int,
+            expand: int) -> str:
+    """EfficientNet MBConv: [1x1 expand + SiLU] -> kxk depthwise + SiLU -> squeeze-and-
+    excitation (squeeze to cin // 4) -> 1x1 linear projection [+ input]."""
+    cin = b.channels[x]
+    hidden, y, i = cin * expand, x, 0
+    if expand != 1:
+        y = b.conv_bn(y, hidden, 1, conv=f"{p}.block.0.0", bn=f"{p}.block.0.1",
+                      act=f"{p}.block.0.2", act_op="SiLU", gain=1.0)  # a linear input
+        i = 1
+    y = b.conv_bn(y, hidden, k, stride=stride, group=hidden, conv=f"{p}.block.{i}.0",
+                  bn=f"{p}.block.{i}.1", act=f"{p}.block.{i}.2", act_op="SiLU",
+                  gain=GAIN["SiLU"])
+    y = b.squeeze_excitation(y, f"{p}.block.{i + 1}", max(1, cin // 4))
+    residual = stride == 1 and cin == cout
+    y = b.conv_bn(y, cout, 1, conv=f"{p}.block.{i + 2}.0", bn=f"{p}.block.{i + 2}.1",
+                  gain=GAIN["SE"], gamma_scale=0.3 if residual else 1.0)
+    # stochastic depth is the identity at inference
+    return b.add(y, x, f"{p}.add") if residual else y
+
+
+@_register("EfficientNet-B0 (MBConv, depthwise 3x3/5x5, squeeze-and-excitation, "
+           "SiLU as Sigmoid*Mul)", image_size=224, min_image_size=32, convs=81)
+def efficientnet_b0(b: GraphBuilder) -> str:
+    x = b.conv_bn("input", 32, 3, stride=2, conv="features.0.0", bn="features.0.1",
+                  act="features.0.2", act_op="SiLU")
+    for stage, (t, k, s, _cin, cout, n) in enumerate(_EFFICIENTNET_B0, start=1):
+        for j in range(n):
+            x = _mbconv(b, x, f"features.{stage}.{j}", cout, k, s if j == 0 else 1, t)
+    x = b.conv_bn(x, 1280, 1, conv="features.8.0", bn="features.8.1", act="features.8.2",
+                  act_op="SiLU")
+    return b.head(x, 1000, fc="classifier.1")
+
+
+# -------------------------------------------------------------- ShuffleNetV2
+def _shuffle_unit(b: GraphBuilder, x: str, p: str, cout: int, stride: int) -> str:
+    """ShuffleNetV2 unit. Stride 2: two branches on the whole input, concatenated.
+    Stride 1: ``x.chunk(2, dim=1)``, the second half through the branch, concatenated
+    with the first. Then ``channel_shuffle(out, 2)``."""
+    half = cout // 2
+
+    def branch2(y: str) -> str:
+        y = b.conv_bn(y, half, 1, conv=f"{p}.branch2.0", bn=f"{p}.branch2.1",
+                      act=f"{p}.branch2.2")
+        y = b.conv_bn(y, half, 3, stride=stride, group=half, conv=f"{p}.branch2.3",
+                      bn=f"{p}.branch2.4")
+        return b.conv_bn(y, half, 1, conv=f"{p}.branch2.5", bn=f"{p}.branch2.6",
+                         act=f"{p}.branch2.7", gain=1.0)  # after the linear depthwise
+
+    if stride == 1:
+        x1, x2 = b.split(x, f"{p}.chunk", [half, half])
+        out = b.concat([x1, branch2(x2)], f"{p}.cat")
+    else:
+        cin = b.channels[x]
+        y1 = b.conv_bn(x, cin, 3, stride=stride, group=cin, conv=f"{p}.branch1.0",
+                       bn=f"{p}.branch1.1")
+        y1 = b.conv_bn(y1, half, 1, conv=f"{p}.branch1.2", bn=f"{p}.branch1.3",
+                       act=f"{p}.branch1.4", gain=1.0)
+        out = b.concat([y1, branch2(x)], f"{p}.cat")
+    return b.channel_shuffle(out, f"{p}.shuffle", 2)
+
+
+@_register("ShuffleNetV2 x1.0 (channel split, channel shuffle via Shape-chain Reshape/"
+           "Transpose, depthwise 3x3)", image_size=224, min_image_size=32, convs=56)
+def shufflenet_v2(b: GraphBuilder) -> str:
+    x = b.conv_bn("input", 24, 3, stride=2, conv="conv1.0", bn="conv1.1", act="conv1.2")
+    x = b.maxpool(x, "maxpool", 3, 2, 1)
+    for stage, (repeats, cout) in enumerate(zip([4, 8, 4], [116, 232, 464]), start=2):
+        for j in range(repeats):
+            x = _shuffle_unit(b, x, f"stage{stage}.{j}", cout, 2 if j == 0 else 1)
+    x = b.conv_bn(x, 1024, 1, conv="conv5.0", bn="conv5.1", act="conv5.2")
+    return b.gemm(b.reduce_mean(x, "mean", keepdims=False), "fc", 1000)  # x.mean([2, 3])
+
+
+# ---------------------------------------------------------------------- RegNet
+def _res_bottleneck(b: GraphBuilder, x: str, p: str, cout: int, stride: int,
+                    group_width: int) -> str:
+    """RegNet ResBottleneckBlock (bottleneck ratio 1, no SE): 1x1 -> grouped 3x3 (groups =
+    width / group_width, carrying the stride) -> 1x1, plus a 1x1 projection shortcut when the
+    shape changes."""
+    shortcut = x
+    if stride != 1 or b.channels[x] != cout:
+        shortcut = b.conv_bn(x, cout, 1, stride=stride, pad=0, conv=f"{p}.proj.0",
+                             bn=f"{p}.proj.1")
+    y = b.conv_bn(x, cout, 1, conv=f"{p}.f.a.0", bn=f"{p}.f.a.1", act=f"{p}.f.a.2")
+    y = b.conv_bn(y, cout, 3, stride=stride, group=cout // group_width, conv=f"{p}.f.b.0",
+                  bn=f"{p}.f.b.1", act=f"{p}.f.b.2")
+    y = b.conv_bn(y, cout, 1, conv=f"{p}.f.c.0", bn=f"{p}.f.c.1", gamma_scale=0.3)
+    return b.relu(b.add(shortcut, y, f"{p}.add"), f"{p}.activation")
+
+
+@_register("RegNetX-400MF (grouped 3x3 bottlenecks, group width 16, projection "
+           "shortcuts)", image_size=224, min_image_size=32, convs=71)
+def regnet_x_400mf(b: GraphBuilder) -> str:
+    """torchvision's ``regnet_x_400mf``: depths [1, 2, 7, 12], widths [32, 64, 160, 400].
+
+    The last width is 400, not 384: torchvision rounds the generated 392 to a multiple of the
+    group width with ``_make_divisible`` (``int(392 + 8) // 16 * 16``, 25 groups), not to the
+    nearest even multiple; with 400 the parameter count is torchvision's 5,495,976 exactly.
+    """
+    x = b.conv_bn("input", 32, 3, stride=2, conv="stem.0", bn="stem.1", act="stem.2")
+    for stage, (depth, width) in enumerate(zip([1, 2, 7, 12], [32, 64, 160, 400]), start=1):
+        for j in range(depth):
+            # torchvision names blocks "block1-0"; '-' becomes '_' to keep names identifiers
+            x = _res_bottleneck(b, x, f"trunk_output.block{stage}.block{stage}_{j}", width,
+                                2 if j == 0 else 1, 16)
+    return b.head(x, 1000)
+
+
 # ----------------------------------------------------------------------- tiny
 @_register("tiny residual CNN (Conv with/without bias, BN, Add, Relu, MaxPool, "
            "GAP, Flatten, Gemm)", image_size=32, min_image_size=4, convs=3)
@@ -237,6 +397,35 @@ def tiny_concat(b: GraphBuilder) -> str:
     return b.softmax(b.head(x, 10, pool="gap"), "softmax")
 
 
+@_register("tiny mobile CNN (depthwise+ReLU6, inverted residual with SE, HardSwish, "
+           "HardSigmoid gate on ReduceMean, grouped conv, Split/shuffle, channel Slice)",
+           image_size=32, min_image_size=4, convs=12)
+def mobile_tiny(b: GraphBuilder) -> str:
+    """Every mobile construct once, small enough for end-to-end tests."""
+    x = b.conv_bn("input", 16, 3, stride=2, conv="stem.0", bn="stem.1", act="stem.2",
+                  act_op="HardSwish")
+    x = b.conv_bn(x, 16, 3, group=16, conv="dw.0", bn="dw.1", act="dw.2", act_op="Clip",
+                  gain=GAIN["HardSwish"])
+    # inverted residual: expand + ReLU6, depthwise + SiLU, SE (SiLU, Sigmoid), project, add
+    y = b.conv_bn(x, 48, 1, conv="block.expand.0", bn="block.expand.1", act="block.expand.2",
+                  act_op="Clip")
+    y = b.conv_bn(y, 48, 3, group=48, conv="block.dw.0", bn="block.dw.1", act="block.dw.2",
+                  act_op="SiLU")
+    y = b.squeeze_excitation(y, "block.se", 4)
+    y = b.conv_bn(y, 16, 1, conv="block.project.0", bn="block.project.1", gain=GAIN["SE"],
+                  gamma_scale=0.5)
+    x = b.add(x, y, "block.add")
+    x = b.conv_bn(x, 32, 3, stride=2, group=4, conv="grouped.0", bn="grouped.1",
+                  act="grouped.2")
+    x = _shuffle_unit(b, x, "shuffle", 32, 1)
+    # MobileNetV3-style gate computed from a ReduceMean instead of GlobalAveragePool
+    x = b.mul(x, b.hardsigmoid(b.reduce_mean(x, "gate.mean", keepdims=True), "gate.act"),
+              "gate.mul")
+    x = b.slice_channels(x, "slice", 0, 24)
+    x = b.conv_bn(x, 48, 1, conv="last.0", bn="last.1", act="last.2", act_op="HardSwish")
+    return b.head(x, 10)
+
+
 # ------------------------------------------------------------------ public API
 def _lookup(name: str) -> Builder:
     try:
@@ -249,7 +438,7 @@ def _lookup(name: str) -> Builder:
 def build(name: str, *, batch: int = 1, image_size: int | None = None,
           seed: int = 0, sparsity: float = 0.0) -> onnx.ModelProto:
     """Build zoo model ``name``; ``image_size=None`` means the model's default
-    (224 for the ImageNet models, 32 for ``tiny``/``tiny_concat``). ``sparsity`` > 0 prunes every
+    (224 for the ImageNet models, 32 for ``tiny``/``tiny_concat``/``mobile_tiny``). ``sparsity`` > 0 prunes every
     conv weight to that fraction of zeros (magnitude pruning, per layer)."""
     model = _lookup(name)(batch=batch, image_size=image_size, seed=seed)
     if sparsity:

@@ -29,7 +29,7 @@ SUPPORTED_OPS = frozenset({
     "Conv", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid",
     "HardSwish", "Mul", "Add", "Sub", "Div", "MaxPool", "AveragePool", "GlobalAveragePool",
     "GlobalMaxPool", "Concat", "Flatten", "Reshape", "Gemm", "MatMul", "Identity", "Dropout",
-    "Softmax", "Transpose", "Squeeze", "Unsqueeze", "Pad", "ReduceMean", "Constant",
+    "Softmax", "Transpose", "Squeeze", "Unsqueeze", "Pad", "ReduceMean", "Constant", "Split", "Slice",
 })
 
 # Ops evaluated ahead of time when every input is constant: shape arithmetic, never compute the
@@ -37,7 +37,7 @@ SUPPORTED_OPS = frozenset({
 _FOLDABLE_OPS = frozenset({
     "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Mul", "Add", "Sub",
     "Div", "Reshape", "ConstantOfShape", "Range", "Identity", "Constant", "Floor", "Ceil", "Sqrt",
-    "Equal", "Where", "Expand", "Transpose",
+    "Equal", "Where", "Expand", "Transpose", "Split",
 })
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")

@@ -3,6 +3,8 @@
 Every model is built here with onnx.helper; numerics are checked against onnxruntime on the
 original model.
 """
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -368,3 +370,86 @@ def test_prepared_model_is_checked_and_fully_shaped():
     assert {"1", "2", "9"} <= names
     assert not any("without a static shape" in n for n in p.notes)
     assert set(_ops(p.model)) <= SUPPORTED_OPS
+
+
+# --- Mobile networks: Split, Slice and the exporter's shape chains ------------------------------
+
+def test_split_and_slice_of_a_runtime_tensor_stay_and_constant_ones_fold():
+    # Split/Slice of the input are compute; Split/Slice of a constant shape fold into the Reshape.
+    nodes = [
+        helper.make_node("Split", ["x", "sizes"], ["a", "b"], name="split", axis=1),
+        helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["c"], name="slice"),
+        helper.make_node("Concat", ["b", "a", "c"], ["cat"], name="cat", axis=1),
+        helper.make_node("Shape", ["cat"], ["s"], name="shape"),
+        helper.make_node("Split", ["s", "halves"], ["s01", "s23"], name="split_shape", axis=0),
+        helper.make_node("Slice", ["s23", "zero", "one", "zero"], ["h"], name="slice_shape"),
+        helper.make_node("Concat", ["s01", "h", "minus1"], ["target"], name="cat_shape", axis=0),
+        helper.make_node("Reshape", ["cat", "target"], ["y"], name="reshape"),
+    ]
+    inits = [_w("sizes", np.array([1, 2], np.int64)), _w("starts", np.array([1], np.int64)),
+             _w("ends", np.array([3], np.int64)), _w("axes", np.array([1], np.int64)),
+             _w("halves", np.array([2, 2], np.int64)), _w("zero", np.array([0], np.int64)),
+             _w("one", np.array([1], np.int64)), _w("minus1", np.array([-1], np.int64))]
+    m = _model(nodes, [_t("x", [1, 3, 8, 8])], [_t("y", [1, 5, 8, 8])], inits)
+    p = prepare(m)
+    assert _ops(p.model) == ["Split", "Slice", "Concat", "Reshape"]
+    init = {t.name: numpy_helper.to_array(t) for t in p.model.graph.initializer}
+    assert init[p.model.graph.node[3].input[1]].tolist() == [1, 5, 8, -1]
+    assert any("1 Split" in n and "1 Slice" in n for n in p.notes)
+    _assert_close(_run(m, X), _run(p.model, X))
+
+
+def _assert_shape_chains_folded(p: Prepared):
+    init = {t.name for t in p.model.graph.initializer}
+    assert not {"Shape", "Gather", "Unsqueeze", "Div", "Cast", "Constant"} & set(_ops(p.model))
+    for n in p.model.graph.node:
+        if n.op_type in ("Reshape", "Split", "Slice"):
+            assert n.input[0] not in init  # a runtime op on activations ...
+            assert all(i in init for i in n.input[1:] if i), n.name  # ... with constant parameters
+    assert set(_ops(p.model)) <= SUPPORTED_OPS
+
+
+@pytest.mark.parametrize("name, size", [("mobile_tiny", 32), ("shufflenet_v2", 64)])
+def test_zoo_channel_shuffle_chains_fold(name, size):
+    import models
+    m = models.build(name, image_size=size, batch=2)
+    p = prepare(m)
+    assert p.folded_bn == sum(n.op_type == "BatchNormalization" for n in m.graph.node)
+    _assert_shape_chains_folded(p)
+    ops = _ops(p.model)
+    assert ops.count("Reshape") == 2 * ops.count("Transpose") > 0
+    assert ops.count("Split") == _ops(m).count("Split") > 0
+    x = RNG.normal(size=(2, 3, size, size)).astype(np.float32)
+    _assert_close(_run(m, x), _run(p.model, x))
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_b0", "regnet_x_400mf"])
+def test_mobile_zoo_models_are_accepted(name):
+    import models
+    m = models.build(name, image_size=32)
+    p = prepare(m)
+    assert p.folded_bn == sum(n.op_type == "BatchNormalization" for n in m.graph.node) > 0
+    assert _ops(p.model).count("Conv") == _ops(m).count("Conv")
+    assert set(_ops(p.model)) <= SUPPORTED_OPS
+    x = RNG.normal(size=(1, 3, 32, 32)).astype(np.float32)
+    _assert_close(_run(m, x), _run(p.model, x), rtol=1e-4)
+
+
+TORCH_MOBILE = Path(__file__).resolve().parents[1] / "data" / "torch_mobile.onnx"
+
+
+def test_torch_mobile_export_is_accepted():
+    # What torch.onnx (TorchScript, opset 17) writes for ReLU6, SiLU, Hardswish, Hardsigmoid, SE,
+    # chunk (Shape/Gather/Add/Div/Mul -> Slice), channel_shuffle (x.size() -> view/transpose/view).
+    raw = onnx.load(str(TORCH_MOBILE))
+    assert {"Shape", "Gather", "Slice", "Transpose", "Reshape", "HardSwish", "HardSigmoid", "Clip",
+            "Constant", "Sigmoid", "ReduceMean"} <= set(_ops(raw))
+    with pytest.raises(UnsupportedModel, match="dynamic shape"):
+        prepare(TORCH_MOBILE)
+    p = prepare(TORCH_MOBILE, input_shapes={"images": (2, 3, 32, 32)})
+    assert p.input_shape == (2, 3, 32, 32) and p.output_names == ("logits",)
+    assert p.folded_bn == 10 and _ops(p.model).count("Conv") == 12
+    _assert_shape_chains_folded(p)
+    assert _ops(p.model).count("Slice") == 3  # the two chunk halves and x[:, :24]
+    x = RNG.normal(size=(2, 3, 32, 32)).astype(np.float32)
+    _assert_close(_run(raw, x), _run(p.model, x), rtol=1e-4)
