@@ -72,8 +72,8 @@ def _register(summary: str, *, image_size: int, min_image_size: int, convs: int)
 
 
 # --------------------------------------------------------------------- ResNet
-def _resnet_stem(b: GraphBuilder) -> str:
-    x = b.conv_bn("input", 64, 7, stride=2, pad=3, conv="conv1", bn="bn1", act="relu")
+def _resnet_stem(b: GraphBuilder, width: int = 64) -> str:
+    x = b.conv_bn("input", width, 7, stride=2, pad=3, conv="conv1", bn="bn1", act="relu")
     return b.maxpool(x, "maxpool", 3, 2, 1)
 
 
@@ -102,9 +102,9 @@ def _shortcut(b: GraphBuilder, x: str, p: str, cout: int, stride: int) -> str:
                      bn=f"{p}.downsample.1")
 
 
-def _resnet(b: GraphBuilder, block, layers: list[int]) -> str:
-    x = _resnet_stem(b)
-    for i, (planes, n) in enumerate(zip([64, 128, 256, 512], layers)):
+def _resnet(b: GraphBuilder, block, layers: list[int], widths=(64, 128, 256, 512)) -> str:
+    x = _resnet_stem(b, widths[0])
+    for i, (planes, n) in enumerate(zip(widths, layers)):
         for j in range(n):
             stride = 2 if (i > 0 and j == 0) else 1
             x = block(b, x, f"layer{i + 1}.{j}", planes, stride)
@@ -115,6 +115,13 @@ def _resnet(b: GraphBuilder, block, layers: list[int]) -> str:
            min_image_size=32, convs=20)
 def resnet18(b: GraphBuilder) -> str:
     return _resnet(b, _basic_block, [2, 2, 2, 2])
+
+
+@_register("ResNet-18 at half width (32-256 channels), an edge-sized ResNet: 11 MB of dense "
+           "weights fit the last-level cache, its Winograd F(6x6) weights (7x) do not",
+           image_size=112, min_image_size=32, convs=20)
+def resnet18_half(b: GraphBuilder) -> str:
+    return _resnet(b, _basic_block, [2, 2, 2, 2], widths=(32, 64, 128, 256))
 
 
 @_register("ResNet-50 v1.5 (bottleneck blocks, unfolded conv+BN)", image_size=224,

@@ -16,14 +16,14 @@ import models
 from models import ZOO, build, list_models, save
 
 MOBILE = ["mobilenet_v2", "efficientnet_b0", "shufflenet_v2", "regnet_x_400mf"]
-NAMES = ["resnet18", "resnet50", "vgg11", "squeezenet1_1", "inception", *MOBILE, "tiny",
+NAMES = ["resnet18", "resnet18_half", "resnet50", "vgg11", "squeezenet1_1", "inception", *MOBILE, "tiny",
          "tiny_concat", "mobile_tiny"]
 TINY = ["tiny", "tiny_concat", "mobile_tiny"]
-CONVS = {"resnet18": 20, "resnet50": 53, "vgg11": 8, "squeezenet1_1": 26,
+CONVS = {"resnet18": 20, "resnet18_half": 20, "resnet50": 53, "vgg11": 8, "squeezenet1_1": 26,
          "inception": 22, "mobilenet_v2": 52, "efficientnet_b0": 81, "shufflenet_v2": 56,
          "regnet_x_400mf": 71, "tiny": 3, "tiny_concat": 4, "mobile_tiny": 12}
 CLASSES = {n: 1000 for n in NAMES} | {n: 10 for n in TINY}
-DEFAULT_SIZE = {n: 224 for n in NAMES} | {n: 32 for n in TINY}
+DEFAULT_SIZE = {n: 224 for n in NAMES} | {n: 32 for n in TINY} | {"resnet18_half": 112}
 # Small inputs keep the file fast; every architecture still works at this size.
 TEST_SIZE = {n: 64 for n in NAMES} | {n: 32 for n in TINY}
 BATCH = 2
