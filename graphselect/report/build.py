@@ -37,7 +37,8 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
             cands = []
             for cname, wl, ckey, obj in opts:
                 m = meas.get((wl, ckey))
-                cands.append({"key": ckey, "family": obj.family, "cold_ms": _r(m.cold_ms) if m else None,
+                cands.append({"key": ckey, "family": obj.family, "in_layout": obj.in_layout,
+                              "out_layout": obj.out_layout, "cold_ms": _r(m.cold_ms) if m else None,
                               "warm_ms": _r(m.warm_ms) if m else None, "error": m.error if m else "not measured",
                               "rel_err": m.rel_err if m else None})
             row["candidates"] = cands
