@@ -3,7 +3,10 @@ every ``depthwise`` candidate timed, the best NCHW and the best channel-blocked 
 with GB/s (input + output + weights + bias bytes over the time), next to onnxruntime running a
 single-node Conv(group=C) + Clip model.
 
-Usage: python bench/layers_dw.py [--threads 2] [--rounds 5] [--layers 0,3,9]
+Usage: python bench/layers_dw.py [--threads 2] [--rounds 7] [--layers 0,3,9] [--regnet]
+
+With ``--regnet``: RegNetX-400MF's grouped 3x3 convs (group width 16, bias + ReLU) instead, the
+``direct`` candidates as the NCHW ones and ``nchwc`` as the blocked ones.
 
 TVM: ``time_evaluator`` with ``number`` chosen so one repeat takes >= 1 ms, 5 repeats per round,
 rounds interleaved over the candidates; the median over all repeats. onnxruntime
@@ -36,11 +39,16 @@ sys.path.insert(0, str(HERE.parent))
 # (channels, input size, stride) of MobileNetV2-1.0 at 224x224
 LAYERS = [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2),
           (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)]
+# (channels, input size, stride) of RegNetX-400MF's grouped 3x3 convs (group width 16) at 224x224
+REGNET = [(32, 112, 2), (64, 56, 2), (64, 28, 1), (160, 28, 2), (160, 14, 1), (384, 14, 2), (384, 7, 1)]
 
 
-def spec_of(c, hw, s):
+def spec_of(c, hw, s, groups=None):
+    """MobileNetV2's depthwise conv + bias + ReLU6 (``groups=None``), or a grouped one + bias + ReLU."""
     from graphselect.graph.layers import ConvSpec
-    return ConvSpec(1, c, hw, hw, c, (3, 3), (s, s), (1, 1, 1, 1), groups=c, bias=True, clip_lo=0.0, clip_hi=6.0)
+    if groups is None:
+        return ConvSpec(1, c, hw, hw, c, (3, 3), (s, s), (1, 1, 1, 1), groups=c, bias=True, clip_lo=0.0, clip_hi=6.0)
+    return ConvSpec(1, c, hw, hw, c, (3, 3), (s, s), (1, 1, 1, 1), groups=groups, bias=True, clip_lo=0.0)
 
 
 def _busy():
@@ -53,20 +61,22 @@ def _busy():
 
 def tvm_timers(spec, target, rng):
     import tvm
-    from graphselect.candidates import base, depthwise
+    from graphselect import candidates
+    from graphselect.candidates import base
     from graphselect.graph import layouts
     x = rng.standard_normal(spec.in_shape).astype("float32")
-    w = rng.standard_normal((spec.out_channels, 1) + spec.kernel).astype("float32")
+    w = rng.standard_normal((spec.out_channels, spec.in_channels // spec.groups) + spec.kernel).astype("float32")
     b = rng.standard_normal(spec.out_channels).astype("float32")
     ref = base.reference(spec, x, w, b, None)
     dev = tvm.cpu()
     out = {}
-    for cand in depthwise.propose(spec):
+    for cand in candidates.propose(spec, ["depthwise", "direct", "nchwc"]):
+        fam = candidates.family(cand)
         t0 = time.time()
-        f = depthwise.build(cand, spec, target, "main")
+        f = fam.build(cand, spec, target, "main")
         ex = tvm.compile(tvm.IRModule({"main": f}), target=target)
         build_s = time.time() - t0
-        args = [tvm.runtime.tensor(a, dev) for a in [layouts.pack(x, cand.in_layout)] + depthwise.pack(cand, spec, w, b)]
+        args = [tvm.runtime.tensor(a, dev) for a in [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, w, b)]
         y = tvm.runtime.tensor(np.zeros(layouts.shape_in(spec.out_shape, cand.out_layout), "float32"), dev)
         ex["main"](*args, y)
         err = float(np.abs(layouts.unpack(y.numpy(), cand.out_layout) - ref).max() / np.abs(ref).max())
@@ -82,14 +92,16 @@ def ort_model(spec, rng):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     c, (kh, kw) = spec.in_channels, spec.kernel
-    inits = [numpy_helper.from_array(rng.standard_normal((c, 1, kh, kw)).astype("float32"), "W"),
-             numpy_helper.from_array(rng.standard_normal(c).astype("float32"), "B"),
-             numpy_helper.from_array(np.array(spec.clip_lo, "float32"), "lo"),
-             numpy_helper.from_array(np.array(spec.clip_hi, "float32"), "hi")]
+    inits = [numpy_helper.from_array(rng.standard_normal((spec.out_channels, c // spec.groups, kh, kw))
+                                     .astype("float32"), "W"),
+             numpy_helper.from_array(rng.standard_normal(spec.out_channels).astype("float32"), "B"),
+             numpy_helper.from_array(np.array(spec.clip_lo, "float32"), "lo")]
+    if spec.clip_hi is not None:
+        inits.append(numpy_helper.from_array(np.array(spec.clip_hi, "float32"), "hi"))
     pt, pl, pb, pr = spec.padding
-    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], group=c, kernel_shape=[kh, kw],
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], group=spec.groups, kernel_shape=[kh, kw],
                               pads=[pt, pl, pb, pr], strides=list(spec.stride)),
-             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+             helper.make_node("Clip", ["c", "lo"] + (["hi"] if spec.clip_hi is not None else []), ["y"])]
     g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(spec.in_shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(spec.out_shape))], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
@@ -148,18 +160,21 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--ort-runs", type=int, default=500)
-    ap.add_argument("--layers", default=None, help="comma-separated indices into LAYERS")
+    ap.add_argument("--layers", default=None, help="comma-separated indices into the layer list")
+    ap.add_argument("--regnet", action="store_true",
+                    help="RegNetX-400MF's grouped convs instead (direct = NCHW, nchwc = blocked)")
     a = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
     from graphselect.graph import layouts
     from graphselect.target import parse_target
     target = parse_target("llvm", threads=a.threads).tvm_target()
-    sel = [LAYERS[int(i)] for i in a.layers.split(",")] if a.layers else LAYERS
+    table = REGNET if a.regnet else LAYERS
+    sel = [table[int(i)] for i in a.layers.split(",")] if a.layers else table
 
     rows = []
     b0 = _busy()
     for c, hw, s in sel:
-        spec = spec_of(c, hw, s)
+        spec = spec_of(c, hw, s, groups=c // 16 if a.regnet else None)
         rng = np.random.default_rng(0)
         timers = tvm_timers(spec, target, rng)
         res = {cand: [] for cand in timers}
@@ -194,7 +209,9 @@ def main():
     b1 = _busy()
     other = ((b1[0] - b0[0]) - (b1[1] - b0[1])) / (b1[2] - b0[2])
 
-    lines = [f"MobileNetV2 depthwise 3x3 + bias + ReLU6, batch 1, {a.threads} threads; µs are medians "
+    what = "RegNetX-400MF grouped 3x3 (group width 16) + bias + ReLU" if a.regnet else \
+        "MobileNetV2 depthwise 3x3 + bias + ReLU6"
+    lines = [f"{what}, batch 1, {a.threads} threads; µs are medians "
              f"(other processes used {other:.2f} cores on average during the run)", "",
              "| layer | best NCHW µs | GB/s | best blocked µs | GB/s | blocked config | ORT conv node µs "
              "(best block) | blocked / ORT (/ best block) | ORT session.run µs |", "|" + "---|" * 9]
@@ -216,8 +233,9 @@ def main():
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    (out / f"layers_dw-{stamp}.md").write_text(md)
-    (out / f"layers_dw-{stamp}.json").write_text(json.dumps({"other_load_cores": other, "rows": rows}, indent=1))
+    name = "layers_grouped" if a.regnet else "layers_dw"
+    (out / f"{name}-{stamp}.md").write_text(md)
+    (out / f"{name}-{stamp}.json").write_text(json.dumps({"other_load_cores": other, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

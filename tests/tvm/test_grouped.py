@@ -128,6 +128,8 @@ def test_weight_bytes_exact():
     spec = ConvSpec(1, 64, 14, 14, 64, (3, 3), (1, 1), (1, 1, 1, 1), groups=4)   # group width 16, no bias
     for c in candidates.propose(spec):
         assert c.weight_bytes == 4 * 64 * 16 * 9, c.key
+        # direct pads into a copy; grouped nchwc guards its loads instead
+        assert c.workspace_bytes == (spec.padded_input_bytes if c.family == "direct" else 0), c.key
 
 
 def test_non_depthwise_gets_no_depthwise_candidates():
