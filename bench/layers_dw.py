@@ -13,12 +13,12 @@ rounds interleaved over the candidates; the median over all repeats. onnxruntime
 (intra_op_num_threads=threads, all graph optimisations): it runs the conv as an NCHWc kernel
 with the Clip fused, between ReorderInput/ReorderOutput nodes that a network keeps out of its
 convs, so the peer number is that node's own time from onnxruntime's profiler: the median of
-the blocks' medians, and the best block's median (onnxruntime's times vary up to 1.5x from one
-session or process to the next on this machine); the whole session.run (reorders and call
+the blocks' medians, and the best block's median; the whole session.run (reorders and call
 overhead included) is reported as well.
 TVM and onnxruntime are timed in alternating blocks with a pause between them (each runtime's
-idle worker threads spin for a while after a call and would steal the cores from the other),
-50 warm-up runs at the start of each onnxruntime block. The CPU time other processes took during the run is printed:
+idle worker threads spin for a while after a call and would steal the cores from the other:
+with a 50 ms pause, onnxruntime's times doubled), 50 warm-up runs at the start of each
+onnxruntime block. The CPU time other processes took during the run is printed:
 two cores are easily shared, and then every number is too slow.
 """
 from __future__ import annotations
@@ -158,7 +158,7 @@ class OrtPeer:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--ort-runs", type=int, default=500)
     ap.add_argument("--layers", default=None, help="comma-separated indices into the layer list")
     ap.add_argument("--regnet", action="store_true",
@@ -183,9 +183,11 @@ def main():
             for cand, (fn, *_rest) in timers.items():
                 fn()                                  # warm-up block call
                 res[cand].extend(fn())
-            time.sleep(0.05)                          # let TVM's workers stop spinning
+            # TVM's pinned worker thread keeps spinning for tens of ms after a block: measured,
+            # it took one core through a whole 50 ms-later onnxruntime block (2x its time)
+            time.sleep(0.5)
             peer.block(a.ort_runs // a.rounds, warm=50)
-            time.sleep(0.05)                          # and onnxruntime's
+            time.sleep(0.2)                           # and onnxruntime's workers
         blocks, names = peer.finish()
         ort_node = float(np.median([b[0] for b in blocks]))
         ort_node_best = min(b[0] for b in blocks)
