@@ -78,9 +78,14 @@ def test_nchwc_blocks_follow_channel_divisors():
         assert c.in_layout == f"NCHW{c.param('ic_bn')}c"
 
 
-def test_grouped_conv_gets_no_dense_candidates():
+def test_grouped_conv_gets_group_aware_candidates_only():
+    """A groups=4 conv: direct and nchwc with blocks inside one group; no Winograd, no depthwise."""
     spec = ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1), groups=4)
-    assert candidates.propose(spec) == []
+    cands = candidates.propose(spec)
+    assert cands and {c.family for c in cands} == {"direct", "nchwc"}
+    for c in cands:
+        if c.family == "nchwc":
+            assert 4 % c.param("ic_bn") == 0 and 4 % c.param("oc_bn") == 0
 
 
 WINO_SPECS = [
