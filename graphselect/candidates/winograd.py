@@ -60,9 +60,12 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
             ntile_blocks = -(-tiles // pt)
             # V (transformed input) and M (GEMM result) live between the stages
             work = 4 * alpha * alpha * ntile_blocks * pt * (spec.in_channels + spec.out_channels)
+            # the plain-NCHW variant's key must differ from the blocked one with the same blocks
+            # (the key names the record: sharing it shared one timing between two kernels)
+            extra = {"nchw": 1} if lin == layouts.NCHW else {}
             out.append(make_candidate(FAMILY, spec, in_layout=lin, out_layout=lout,
                                       weight_layout=f"winograd{alpha}x{alpha}O{ob}o", weight_elems=welems,
-                                      workspace_bytes=work, m=m, ic_bn=ib, oc_bn=ob, pt=pt))
+                                      workspace_bytes=work, m=m, ic_bn=ib, oc_bn=ob, pt=pt, **extra))
     return out
 
 

@@ -131,3 +131,24 @@ def test_winograd_weight_bytes_grow_with_the_tile():
 def test_winograd_only_for_3x3_stride_1():
     assert candidates.propose(ConvSpec(1, 16, 8, 8, 16, (3, 3), (2, 2), (1, 1, 1, 1)), ["winograd"]) == []
     assert candidates.propose(ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0)), ["winograd"]) == []
+
+
+KEY_SPECS = [
+    ConvSpec(1, 64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), bias=True, clip_lo=0.0),
+    ConvSpec(1, 32, 14, 14, 128, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ConvSpec(1, 128, 28, 28, 256, (1, 1), (2, 2), (0, 0, 0, 0), bias=True),
+    ConvSpec(1, 3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), bias=True, clip_lo=0.0),
+    ConvSpec(1, 96, 56, 56, 96, (3, 3), (2, 2), (1, 1, 1, 1), groups=96, bias=True, clip_lo=0.0, clip_hi=6.0),
+    ConvSpec(1, 64, 28, 28, 64, (3, 3), (1, 1), (1, 1, 1, 1), groups=4, bias=True, clip_lo=0.0),
+]
+
+
+@pytest.mark.parametrize("spec", KEY_SPECS, ids=lambda s: s.describe())
+def test_candidate_keys_are_unique_per_layer(spec):
+    """The key names a candidate's measurement record: two kernels sharing one would share a timing."""
+    import numpy as np
+    w = np.random.default_rng(0).standard_normal(
+        (spec.out_channels, spec.in_channels // spec.groups, *spec.kernel)).astype("float32")
+    w[np.abs(w) < 1.0] = 0.0          # sparse too
+    keys = [c.key for c in candidates.propose(spec, weight=w)]
+    assert keys and len(keys) == len(set(keys))
