@@ -7,6 +7,7 @@
   onnxruntime   CPU execution provider
 
 Usage: python bench/e2e.py MODEL [MODEL...] [--runs 30] [--threads 2] [--default-runs 30]
+                           [--image-size N] [--sparsity 0.7] [--skip-default]
 
 Each peer runs blocks of calls (warm-up first), blocks alternate between peers, and the reported
 time is the median over all calls. Results: printed, and saved under bench/results/.
@@ -57,6 +58,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--image-size", type=int, default=None)
     ap.add_argument("--skip-default", action="store_true")
+    ap.add_argument("--sparsity", type=float, default=None,
+                    help="zoo models: magnitude-prune every conv to this sparsity first")
     a = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
 
@@ -73,7 +76,12 @@ def main():
     rows = []
     for name in a.models:
         t0 = time.perf_counter()
-        m = models.build(name, image_size=a.image_size) if name in models.ZOO else __import__("onnx").load(name)
+        if name in models.ZOO:
+            m = models.build(name, image_size=a.image_size, sparsity=a.sparsity)
+            if a.sparsity:
+                name = f"{name} ({a.sparsity:.0%} pruned)"
+        else:
+            m = __import__("onnx").load(name)
         res = graphselect.optimize(m, threads=a.threads, benchmark_runs=0, name=name)
         t_opt = time.perf_counter() - t0
         ex = res.extra
