@@ -26,3 +26,20 @@ def conv2d_nchw(x, w, *, stride=(1, 1), padding=(0, 0, 0, 0), bias=None, residua
 
 def rel_err(got, ref) -> float:
     return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def run_candidate(cand, spec, x, w, b, r, target):
+    """Build one conv candidate alone and run it on NCHW arrays; (NCHW output, its PrimFunc)."""
+    import tvm
+    from graphselect import candidates
+    from graphselect.graph import layouts
+    fam = candidates.family(cand)
+    f = fam.build(cand, spec, target, "main")
+    ex = tvm.compile(tvm.IRModule({"main": f}), target=target)
+    dev = tvm.cpu()
+    args = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, w, b)
+    if r is not None:
+        args.append(layouts.pack(r, cand.out_layout))
+    out = tvm.runtime.tensor(np.zeros(layouts.shape_in(spec.out_shape, cand.out_layout), "float32"), dev)
+    ex["main"](*[tvm.runtime.tensor(a, dev) for a in args], out)
+    return layouts.unpack(out.numpy(), cand.out_layout), f

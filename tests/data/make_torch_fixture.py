@@ -33,18 +33,23 @@ class TinyNet(nn.Module):
         return torch.softmax(self.head(x), dim=1)
 
 
-if __name__ == "__main__":
-    torch.manual_seed(0)
-    net = TinyNet()
-    for m in net.modules():           # non-trivial BN statistics, as after training
+def export(net: nn.Module, name: str, output: str, opset: int) -> Path:
+    """Give the BN layers non-trivial statistics (as after training) and export ``net`` in eval
+    mode with the TorchScript exporter, dynamic batch, BN unfolded; returns the path written."""
+    for m in net.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.2, 0.2)
             m.running_var.uniform_(0.5, 1.5)
             m.weight.data.uniform_(0.5, 1.5)
             m.bias.data.uniform_(-0.2, 0.2)
     net.eval()
-    out = Path(__file__).with_name("torch_tiny.onnx")
-    torch.onnx.export(net, torch.randn(1, 3, 32, 32), str(out), input_names=["images"], output_names=["probs"],
-                      dynamic_axes={"images": {0: "batch"}, "probs": {0: "batch"}}, opset_version=13,
+    out = Path(__file__).with_name(name)
+    torch.onnx.export(net, torch.randn(1, 3, 32, 32), str(out), input_names=["images"], output_names=[output],
+                      dynamic_axes={"images": {0: "batch"}, output: {0: "batch"}}, opset_version=opset,
                       do_constant_folding=False, dynamo=False)
-    print(out)
+    return out
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    print(export(TinyNet(), "torch_tiny.onnx", "probs", 13))

@@ -3,7 +3,6 @@ Hardswish, Hardsigmoid, squeeze-and-excitation, depthwise and grouped convs, tor
 channel shuffle with ``x.size()``/``view``/``transpose``, ``chunk``, ``cat``, a channel slice,
 residual add), written by PyTorch's TorchScript ONNX exporter so the tests see exactly what that
 exporter emits for them. Run by hand: `python tests/data/make_torch_mobile_fixture.py`."""
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -85,17 +84,7 @@ class MobileNet(nn.Module):
 
 
 if __name__ == "__main__":
+    from make_torch_fixture import export      # same folder: BN statistics and exporter settings
     torch.manual_seed(0)
-    net = MobileNet()
-    for m in net.modules():           # non-trivial BN statistics, as after training
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.2, 0.2)
-            m.running_var.uniform_(0.5, 1.5)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.uniform_(-0.2, 0.2)
-    net.eval()
-    out = Path(__file__).with_name("torch_mobile.onnx")
-    torch.onnx.export(net, torch.randn(1, 3, 32, 32), str(out), input_names=["images"], output_names=["logits"],
-                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
-                      do_constant_folding=False, dynamo=False)  # keep BN unfolded, as torch_tiny
+    out = export(MobileNet(), "torch_mobile.onnx", "logits", 17)
     print(out, out.stat().st_size, "bytes")

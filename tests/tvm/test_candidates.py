@@ -5,11 +5,10 @@ import pytest
 tvm = pytest.importorskip("tvm")
 
 from graphselect import candidates
-from graphselect.graph import layouts
 from graphselect.graph.layers import ConvSpec
 from graphselect.candidates import winograd
 from graphselect.target import parse_target
-from tests.reference import conv2d_nchw, rel_err
+from tests.reference import conv2d_nchw, rel_err, run_candidate
 
 TARGET = parse_target("llvm", threads=2).tvm_target()
 
@@ -26,16 +25,7 @@ SPECS = [
 
 
 def _run(cand, spec, x, w, b, r):
-    fam = candidates.family(cand)
-    f = fam.build(cand, spec, TARGET, "main")
-    ex = tvm.compile(tvm.IRModule({"main": f}), target=TARGET)
-    dev = tvm.cpu()
-    args = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, w, b)
-    if r is not None:
-        args.append(layouts.pack(r, cand.out_layout))
-    out = tvm.runtime.tensor(np.zeros(layouts.shape_in(spec.out_shape, cand.out_layout), "float32"), dev)
-    ex["main"](*[tvm.runtime.tensor(a, dev) for a in args], out)
-    return layouts.unpack(out.numpy(), cand.out_layout), f
+    return run_candidate(cand, spec, x, w, b, r, TARGET)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe() + " " + s.epilogue)

@@ -10,6 +10,7 @@ from graphselect.candidates import base, depthwise
 from graphselect.graph import layouts
 from graphselect.graph.layers import ConvSpec
 from graphselect.target import parse_target
+from tests.reference import run_candidate
 
 TARGET = parse_target("llvm", threads=2).tvm_target()
 RELU6 = dict(clip_lo=0.0, clip_hi=6.0)
@@ -49,16 +50,7 @@ def _data(spec, seed):
 
 
 def _run(cand, spec, x, w, b, r):
-    fam = candidates.family(cand)
-    f = fam.build(cand, spec, TARGET, "main")
-    ex = tvm.compile(tvm.IRModule({"main": f}), target=TARGET)
-    dev = tvm.cpu()
-    args = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, w, b)
-    if r is not None:
-        args.append(layouts.pack(r, cand.out_layout))
-    out = tvm.runtime.tensor(np.zeros(layouts.shape_in(spec.out_shape, cand.out_layout), "float32"), dev)
-    ex["main"](*[tvm.runtime.tensor(a, dev) for a in args], out)
-    return layouts.unpack(out.numpy(), cand.out_layout), f
+    return run_candidate(cand, spec, x, w, b, r, TARGET)
 
 
 def _rel_err(got, ref):
