@@ -105,3 +105,30 @@ def test_sparse_conv_with_relu_and_residual_in_a_network(fused):
     ref = ort_session(m.SerializeToString(), 2).run(None, {p.input_name: x})[0]
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     assert rel_err(got, ref) < 1e-4
+
+
+def test_unfused_sparse_conv_with_activations_in_a_network():
+    """SiLU, HardSwish and Sigmoid after an opaque sparse kernel run as separate Relax ops."""
+    m = models.build("mobile_tiny", sparsity=0.8)
+    p = onnx_prep.prepare(m)
+    mod = import_onnx(p.model, p.input_name, p.input_shape)
+    lg = extract(mod)
+    lg.extra["module"] = mod
+    sel, acts = {}, set()
+    for l in lg.layers.values():
+        if l.kind == "conv":
+            sparse = [c for c in candidates.propose(l.conv, ["sparse_csr"], l.weight) if c.param("fused") == 0]
+            if sparse and l.conv.act:
+                sel[l.name] = sparse[0]
+                acts.add(l.conv.act)
+            else:
+                sel[l.name] = candidates.propose(l.conv, ["direct", "depthwise"])[0]
+        elif l.kind == "agnostic":
+            sel[l.name] = "NCHW"
+    assert {"silu", "hardswish", "sigmoid"} <= acts
+    ex = build(apply(lg, sel, TARGET), TARGET)
+    from tvm import relax
+    x = np.random.default_rng(0).standard_normal(p.input_shape).astype("float32")
+    ref = ort_session(m.SerializeToString(), 2).run(None, {p.input_name: x})[0]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert rel_err(got, ref) < 1e-4
