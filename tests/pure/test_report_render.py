@@ -301,3 +301,25 @@ def test_renderers_do_not_import_tvm():
     code = ("import sys, graphselect.report.html, graphselect.report.terminal; "
             "assert 'tvm' not in sys.modules, 'tvm imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_versus_greedy_section_from_a_real_comparison():
+    """The explanation rows come from costmodels.explain on a problem where greedy overflows the cache."""
+    from costmodels.explain import compare
+    from costmodels.problem import Choice, Edge, Node, Problem
+    mb = 2**20
+    conv = lambda n: Node(n, (Choice("wino6", 5.0, ("A",), "A", warm_cost=1.0, weight_bytes=20 * mb),  # noqa: E731
+                              Choice("nchwc", 2.0, ("A",), "A", warm_cost=1.5, weight_bytes=4 * mb)))
+    p = Problem((Node("input", (Choice("input", 0.0, (), "A"),)), conv("conv0"), conv("conv1"),
+                 Node("output", (Choice("output", 0.0, ("A",), None),))),
+                (Edge(0, 1, 0), Edge(1, 2, 0), Edge(2, 3, 0)), cache_bytes=25 * mb)
+    r = fake_report()
+    r["versus_greedy"] = compare(p, (0, 1, 1, 0), (0, 0, 0, 0)).as_dict()
+    page = render_html(r)
+    parsed = _parse(page)
+    assert not parsed.errors
+    rows = [r["text"] for r in _rows_of(parsed, "conv0")]
+    assert any(row[1:4] == ["cache", "wino6", "nchwc"] for row in rows)
+    assert "does not fit" in page
+    out = summary_table(r, width=120)
+    assert "versus warm-cache greedy" in out and re.search(r"conv1\s+cache\s+wino6\s+nchwc", out)
