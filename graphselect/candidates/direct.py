@@ -23,7 +23,7 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
         return []
     og = spec.out_channels // spec.groups
     tiles = [t for t in (4, 8) if og % t == 0]
-    if not tiles and spec.groups > 1:
+    if not tiles:            # e.g. ShuffleNet's 58 channels: direct must apply to every conv
         tiles = [max(divisors_in(og, 1, 8))]
     welems = spec.out_channels * (spec.in_channels // spec.groups) * spec.kernel[0] * spec.kernel[1]
     return [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",

@@ -2,7 +2,9 @@
 
 Each runtime's idle worker threads keep spinning for a while after a call and steal the cores
 from the other, so single calls are never alternated: each side runs a block of calls (after a
-warm-up call), blocks alternate, and the result is the median of all calls.
+warm-up call), blocks alternate with a pause between them that outlasts either runtime's spinning
+(TVM's worker kept spinning tens of ms after a block and doubled onnxruntime's first calls), and
+the result is the median of all calls.
 """
 from __future__ import annotations
 
@@ -23,12 +25,18 @@ def time_calls(fn: Callable[[], object], runs: int, warmup: int = 2) -> list[flo
     return ts
 
 
-def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, blocks: int = 3) -> dict[str, list[float]]:
-    """Per-call milliseconds for every function: ``runs`` calls each, in ``blocks`` alternating blocks."""
+PAUSE_S = 0.5
+
+
+def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, blocks: int = 3,
+            pause: float = PAUSE_S) -> dict[str, list[float]]:
+    """Per-call milliseconds for every function: ``runs`` calls each, in ``blocks`` alternating
+    blocks, ``pause`` seconds of idle before each block."""
     per = max(1, -(-runs // blocks))
     out: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(blocks):
         for k, fn in fns.items():
+            time.sleep(pause)
             out[k].extend(time_calls(fn, per))
     return out
 
