@@ -204,6 +204,11 @@ def _vars_in(e, rx):
     return []
 
 
+def _scalar_const(e, value: float | None = None) -> bool:
+    return _is_const(e) and const_value(e).size == 1 and \
+        (value is None or float(const_value(e).reshape(())) == value)
+
+
 def clamp_of(call, rx) -> tuple[str, float] | None:
     """("max", c) / ("min", c) / ("relu", 0) / ("clip", (lo, hi)) if ``call`` clamps by a scalar."""
     name = _op_name(call)
@@ -212,20 +217,14 @@ def clamp_of(call, rx) -> tuple[str, float] | None:
     if name == "relax.clip":
         lo, hi = (float(getattr(a, "value", a)) for a in call.args[1:3])
         return ("clip", (lo, hi))
-    if name in ("relax.maximum", "relax.minimum") and len(call.args) == 2 and _is_const(call.args[1]) \
-            and const_value(call.args[1]).size == 1:
+    if name in ("relax.maximum", "relax.minimum") and len(call.args) == 2 and _scalar_const(call.args[1]):
         return (name.split(".")[1][:3], float(const_value(call.args[1]).reshape(())))
     if name == "relax.call_tir":
         gv, args = call.args[0], call.args[1]
         if _CLAMP_TIR.match(getattr(gv, "name_hint", "")) and isinstance(args, rx.Tuple) and len(args.fields) == 2 \
-                and _is_const(args.fields[1]) and const_value(args.fields[1]).size == 1:
+                and _scalar_const(args.fields[1]):
             return (gv.name_hint[:3], float(const_value(args.fields[1]).reshape(())))
     return None
-
-
-def _scalar_const(e, value: float | None = None) -> bool:
-    return _is_const(e) and const_value(e).size == 1 and \
-        (value is None or float(const_value(e).reshape(())) == value)
 
 
 def _activation_at(cur, us, bindings, users, out_vars, rx):
