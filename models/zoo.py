@@ -117,11 +117,29 @@ def resnet18(b: GraphBuilder) -> str:
     return _resnet(b, _basic_block, [2, 2, 2, 2])
 
 
+@_register("ResNet-34 (basic blocks, unfolded conv+BN)", image_size=224,
+           min_image_size=32, convs=36)
+def resnet34(b: GraphBuilder) -> str:
+    return _resnet(b, _basic_block, [3, 4, 6, 3])
+
+
 @_register("ResNet-18 at half width (32-256 channels), an edge-sized ResNet: 11 MB of dense "
            "weights fit the last-level cache, its Winograd F(6x6) weights (7x) do not",
            image_size=112, min_image_size=32, convs=20)
 def resnet18_half(b: GraphBuilder) -> str:
     return _resnet(b, _basic_block, [2, 2, 2, 2], widths=(32, 64, 128, 256))
+
+
+@_register("Wide ResNet-16-4 for 32x32 inputs (CIFAR): 3x3 stem, three stages of two "
+           "basic blocks at 64/128/256 channels (post-activation, as torchvision's ResNet); 11 MB "
+           "of dense weights fit the last-level cache, its Winograd F(4x4) weights (4x) do not",
+           image_size=32, min_image_size=16, convs=16)
+def wrn16_4(b: GraphBuilder) -> str:
+    x = b.conv_bn("input", 16, 3, conv="conv1", bn="bn1", act="relu")
+    for i, planes in enumerate((64, 128, 256)):
+        for j in range(2):
+            x = _basic_block(b, x, f"layer{i + 1}.{j}", planes, 2 if (i > 0 and j == 0) else 1)
+    return b.head(x, 10)
 
 
 @_register("ResNet-50 v1.5 (bottleneck blocks, unfolded conv+BN)", image_size=224,

@@ -16,16 +16,16 @@ import models
 from models import ZOO, build, list_models, save
 
 MOBILE = ["mobilenet_v2", "efficientnet_b0", "shufflenet_v2", "regnet_x_400mf"]
-NAMES = ["resnet18", "resnet18_half", "resnet50", "vgg11", "squeezenet1_1", "inception", *MOBILE, "tiny",
+NAMES = ["resnet18", "resnet34", "resnet18_half", "wrn16_4", "resnet50", "vgg11", "squeezenet1_1", "inception", *MOBILE, "tiny",
          "tiny_concat", "mobile_tiny"]
 TINY = ["tiny", "tiny_concat", "mobile_tiny"]
-CONVS = {"resnet18": 20, "resnet18_half": 20, "resnet50": 53, "vgg11": 8, "squeezenet1_1": 26,
+CONVS = {"resnet18": 20, "resnet34": 36, "wrn16_4": 16, "resnet18_half": 20, "resnet50": 53, "vgg11": 8, "squeezenet1_1": 26,
          "inception": 22, "mobilenet_v2": 52, "efficientnet_b0": 81, "shufflenet_v2": 56,
          "regnet_x_400mf": 71, "tiny": 3, "tiny_concat": 4, "mobile_tiny": 12}
-CLASSES = {n: 1000 for n in NAMES} | {n: 10 for n in TINY}
-DEFAULT_SIZE = {n: 224 for n in NAMES} | {n: 32 for n in TINY} | {"resnet18_half": 112}
+CLASSES = {n: 1000 for n in NAMES} | {n: 10 for n in TINY + ["wrn16_4"]}
+DEFAULT_SIZE = {n: 224 for n in NAMES} | {n: 32 for n in TINY + ["wrn16_4"]} | {"resnet18_half": 112}
 # Small inputs keep the file fast; every architecture still works at this size.
-TEST_SIZE = {n: 64 for n in NAMES} | {n: 32 for n in TINY}
+TEST_SIZE = {n: 64 for n in NAMES} | {n: 32 for n in TINY + ["wrn16_4"]}
 BATCH = 2
 
 
@@ -234,11 +234,11 @@ def conv_kinds(m: onnx.ModelProto) -> Counter:
 
 
 # torchvision's learnable parameter counts (sum(p.numel() for p in m.parameters()))
-TORCHVISION_PARAMS = {"mobilenet_v2": 3_504_872, "efficientnet_b0": 5_288_548,
+TORCHVISION_PARAMS = {"resnet34": 21_797_672, "mobilenet_v2": 3_504_872, "efficientnet_b0": 5_288_548,
                       "shufflenet_v2": 2_278_604, "regnet_x_400mf": 5_495_976}
 
 
-@pytest.mark.parametrize("name", MOBILE)
+@pytest.mark.parametrize("name", ["resnet34", *MOBILE])
 def test_parameter_count_equals_torchvision(name):
     m = model(name)
     clip_bounds = {i for n in m.graph.node if n.op_type == "Clip" for i in n.input[1:]}
