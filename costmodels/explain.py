@@ -7,7 +7,8 @@ the layout transforms on the edges that touch it under each assignment, the weig
 keeps, and a reason:
 
 - ``cache``: the baseline's choice is faster with warm weights, but the baseline's whole
-  assignment overflows the cache budget, so in the network it runs cold and loses;
+  assignment overflows the cache budget, so in the network it runs cold (or only partly warm,
+  see ``Problem.partial``) and loses;
 - ``layout``: the selected choice is no faster alone, but it saves layout transforms around it;
 - ``faster``: the selected choice is faster alone under the cache state each assignment gets
   (the baseline picked by warm time where the network runs cold, or the other way round);
@@ -75,20 +76,26 @@ class Comparison:
     baseline_footprint: int
     cache_bytes: int | None
     changes: tuple[Change, ...]
+    chosen_share: float = 0.0     # share of the warm-cold difference each assignment gets
+    baseline_share: float = 0.0
 
     def summary(self) -> str:
-        def state(res, fp):
-            return f"{_mb(fp)}, {'fits' if res else 'does not fit'}"
+        def state(res, fp, share=None):
+            if res:
+                return f"{_mb(fp)}, fits"
+            part = f" ({share:.0%} warm)" if share else ""
+            return f"{_mb(fp)}, does not fit{part}"
         budget = "no cache budget" if self.cache_bytes is None else f"cache budget {_mb(self.cache_bytes)}"
         return (f"{len(self.changes)} layer(s) differ from the baseline; predicted {self.chosen_ms:.3f} ms vs "
                 f"{self.baseline_ms:.3f} ms; {budget}; selected footprint "
-                f"{state(self.chosen_resident, self.chosen_footprint)}, baseline footprint "
-                f"{state(self.baseline_resident, self.baseline_footprint)}")
+                f"{state(self.chosen_resident, self.chosen_footprint, self.chosen_share)}, baseline footprint "
+                f"{state(self.baseline_resident, self.baseline_footprint, self.baseline_share)}")
 
     def as_dict(self) -> dict:
         return {"chosen_ms": self.chosen_ms, "baseline_ms": self.baseline_ms,
                 "chosen_resident": self.chosen_resident, "baseline_resident": self.baseline_resident,
                 "chosen_footprint_bytes": self.chosen_footprint, "baseline_footprint_bytes": self.baseline_footprint,
+                "chosen_warm_share": self.chosen_share, "baseline_warm_share": self.baseline_share,
                 "cache_bytes": self.cache_bytes, "summary": self.summary(),
                 "reasons": {r: sum(1 for c in self.changes if c.reason == r) for r in REASONS},
                 "changes": [c.as_dict() for c in self.changes]}
@@ -98,6 +105,7 @@ def compare(problem: Problem, chosen: tuple[int, ...], baseline: tuple[int, ...]
     """Every node where ``chosen`` and ``baseline`` differ, with the reason (see module doc),
     sorted by how much the change gains."""
     warm_c, warm_b = problem.resident(chosen), problem.resident(baseline)
+    share_c, share_b = problem.warm_share(chosen), problem.warm_share(baseline)
     touching: dict[int, list] = {}
     for e in problem.edges:
         touching.setdefault(e.src, []).append(e)
@@ -118,7 +126,7 @@ def compare(problem: Problem, chosen: tuple[int, ...], baseline: tuple[int, ...]
             continue
         node = problem.nodes[i]
         c, b = node.choices[kc], node.choices[kb]
-        c_ms, b_ms = c.time(warm_c), b.time(warm_b)
+        c_ms, b_ms = c.blend(share_c), b.blend(share_b)
         b_warm = b.time(True)
         tc, tb = edges_ms(chosen, i), edges_ms(baseline, i)
         if not warm_b and b_warm < c_ms - eps and b_ms > c_ms + eps and (warm_c or c.weight_bytes < b.weight_bytes):
@@ -133,7 +141,8 @@ def compare(problem: Problem, chosen: tuple[int, ...], baseline: tuple[int, ...]
                               c.weight_bytes, b.weight_bytes, reason))
     changes.sort(key=lambda ch: -ch.saved_ms)
     return Comparison(problem.evaluate(chosen), problem.evaluate(baseline), warm_c, warm_b,
-                      problem.footprint(chosen), problem.footprint(baseline), problem.cache_bytes, tuple(changes))
+                      problem.footprint(chosen), problem.footprint(baseline), problem.cache_bytes, tuple(changes),
+                      share_c, share_b)
 
 
 def _mb(n: int) -> str:

@@ -8,7 +8,10 @@ layouts costs the measured ``layout_transform`` time, and a missing pair is impo
 
 Cache residency is one global decision: when the chosen choices' weights and workspaces plus the
 live activations fit ``Problem.cache_bytes``, every node runs at its warm time, otherwise at its
-cold time (``Problem.resident`` and ``Problem.evaluate``).
+cold time (``Problem.resident`` and ``Problem.evaluate``). ``Problem.partial`` grades the step
+beyond the budget: a footprint up to each further cap keeps a share of the warm-cold difference
+(a real last-level cache loses its contents gradually, not at one byte), so a node costs
+``cold - share * (cold - warm)`` with one share for the whole network (``Problem.warm_share``).
 """
 from __future__ import annotations
 
@@ -32,6 +35,18 @@ class Choice:
         if warm and self.warm_cost is not None and self.cost < math.inf:
             return self.warm_cost
         return self.cost
+
+    def blend(self, share: float) -> float:
+        """ms when ``share`` of the warm-cold difference is saved: ``cold - share * (cold - warm)``
+        (``share`` 1: warm, 0: cold); an unusable choice stays unusable."""
+        if share >= 1.0:
+            return self.time(True)
+        if share <= 0.0:
+            return self.cost
+        warm = self.time(True)
+        if warm == math.inf or self.cost == math.inf:
+            return math.inf
+        return self.cost + share * (warm - self.cost)
 
 
 @dataclass(frozen=True)
@@ -60,12 +75,24 @@ class Problem:
     edges: tuple[Edge, ...]
     cache_bytes: int | None = None   # last-level cache budget; None: no residency term, cold costs
     activation_bytes: int = 0        # live activations that occupy the cache alongside the weights
+    # beyond cache_bytes: (footprint cap in bytes, warm share) steps, caps increasing, shares in
+    # [0, 1] not increasing; a footprint above the last cap runs cold. () : the plain budget.
+    partial: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self):
         if self.cache_bytes is not None and self.cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0 or None, got {self.cache_bytes!r}")
         if self.activation_bytes < 0:
             raise ValueError(f"activation_bytes must be >= 0, got {self.activation_bytes!r}")
+        if self.partial:
+            if self.cache_bytes is None:
+                raise ValueError("partial residency steps need a cache_bytes budget")
+            caps = [self.cache_bytes] + [c for c, _ in self.partial]
+            shares = [1.0] + [s for _, s in self.partial]
+            if any(b <= a for a, b in zip(caps, caps[1:])):
+                raise ValueError(f"partial residency caps must increase beyond cache_bytes, got {caps}")
+            if any(not 0.0 <= s <= 1.0 for s in shares) or any(b > a for a, b in zip(shares, shares[1:])):
+                raise ValueError(f"partial residency shares must lie in [0, 1] and not increase, got {shares[1:]}")
         n = len(self.nodes)
         for e in self.edges:
             if not (0 <= e.src < n and 0 <= e.dst < n):
@@ -85,11 +112,40 @@ class Problem:
         """True iff a cache budget is set and :meth:`footprint` fits it."""
         return self.cache_bytes is not None and self.footprint(choice) <= self.cache_bytes
 
+    def warm_share(self, choice: tuple[int, ...] | list[int]) -> float:
+        """Share of the warm-cold difference the choice gets: 1 when :meth:`resident`, the share
+        of the first ``partial`` step whose cap its footprint fits, else 0 (cold)."""
+        return self.share_at(self.footprint(choice))
+
+    def share_at(self, footprint: int) -> float:
+        """:meth:`warm_share` for a footprint in bytes."""
+        if self.cache_bytes is None:
+            return 0.0
+        if footprint <= self.cache_bytes:
+            return 1.0
+        for cap, share in self.partial:
+            if footprint <= cap:
+                return share
+        return 0.0
+
+    def levels(self) -> tuple[tuple[int | None, int | None, float], ...]:
+        """The residency levels as ``(low exclusive, high inclusive, share)`` footprint ranges in
+        bytes (None: unbounded), from warm to cold; one cold level without a budget."""
+        if self.cache_bytes is None:
+            return ((None, None, 0.0),)
+        out, lo = [(None, self.cache_bytes, 1.0)], self.cache_bytes
+        for cap, share in self.partial:
+            out.append((lo, cap, share))
+            lo = cap
+        out.append((lo, None, 0.0))
+        return tuple(out)
+
     def evaluate(self, choice: tuple[int, ...] | list[int]) -> float:
         """Total cost of one choice index per node (math.inf if infeasible): every node at its
-        warm time when :meth:`resident`, else at its cold ``cost``; plus the edge transforms."""
-        warm = self.resident(choice)
-        return sum(self.nodes[i].choices[k].time(warm) for i, k in enumerate(choice)) + self.transform_cost(choice)
+        time under :meth:`warm_share` (warm when :meth:`resident`, cold beyond the last
+        ``partial`` cap), plus the edge transforms."""
+        share = self.warm_share(choice)
+        return sum(self.nodes[i].choices[k].blend(share) for i, k in enumerate(choice)) + self.transform_cost(choice)
 
     def transform_cost(self, choice: tuple[int, ...] | list[int]) -> float:
         """The layout transforms ``choice`` needs on its edges (ms)."""

@@ -16,8 +16,9 @@ def solve(problem: Problem, *, time_limit: float | None = None,
 
     Depth-first in node order, abandoning a partial assignment once it is infinite (or, when
     no cost is negative, once a lower bound is no better than the best so far). With a cache
-    budget it keeps cold and warm partial totals and the bytes so far: the total is the warm one
-    if the finished assignment fits, else the cold one, exactly ``problem.evaluate``. Raises
+    budget it keeps cold and warm partial totals and the bytes so far: the finished assignment's
+    total is ``cold - share * (cold - warm)`` at the share its footprint gets, exactly
+    ``problem.evaluate``. Raises
     ValueError when the product of the finite choice counts exceeds ``max_combinations``.
     ``time_limit`` is ignored.
 
@@ -41,7 +42,9 @@ def solve(problem: Problem, *, time_limit: float | None = None,
     for e in problem.edges:
         closing[max(e.src, e.dst)].append(e)
     cache = problem.cache_bytes
-    warm_ok = cache is not None and problem.activation_bytes <= cache
+    # the largest footprint that still saves part of the warm-cold difference
+    top = max((hi for lo, hi, share in problem.levels() if share > 0 and hi is not None), default=None)
+    warm_ok = top is not None and problem.activation_bytes <= top
     bound_ok = (all(min(problem.nodes[v].choices[c].cost, problem.nodes[v].choices[c].time(True)) >= 0
                     for v in range(n) for c in cands[v])
                 and all(t >= 0 for e in problem.edges for t in e.transform.values())
@@ -56,7 +59,13 @@ def solve(problem: Problem, *, time_limit: float | None = None,
     v = 0
     while v >= 0:
         if v == n:
-            total = warm[n] if warm_ok and used[n] <= cache else cold[n]
+            share = problem.share_at(used[n]) if warm_ok else 0.0
+            if share >= 1.0:
+                total = warm[n]
+            elif share <= 0.0:
+                total = cold[n]
+            else:
+                total = math.inf if math.inf in (warm[n], cold[n]) else cold[n] + share * (warm[n] - cold[n])
             if total < best:
                 best, best_choice = total, tuple(choice)
             v -= 1
@@ -77,8 +86,9 @@ def solve(problem: Problem, *, time_limit: float | None = None,
         total_cold = cold[v] + ch.cost + edges
         total_warm = warm[v] + ch.time(True) + edges if warm_ok else math.inf
         bytes_ = used[v] + ch.weight_bytes + ch.workspace_bytes
-        # bytes only grow (when bound_ok), so once over budget the warm total cannot apply
-        fits = warm_ok and (bytes_ <= cache or not bound_ok)
+        # bytes only grow (when bound_ok), so once past the last partial cap the total is cold;
+        # before, the blend lies between the two totals
+        fits = warm_ok and (bytes_ <= top or not bound_ok)
         bound = min(total_cold, total_warm) if fits else total_cold
         if edges == math.inf or bound == math.inf or (bound_ok and bound >= best):
             continue

@@ -11,13 +11,15 @@ optimum. The returned ``Assignment.cost`` is ``problem.evaluate`` of the choice,
 Building the model (~0.4 s per 1000 nodes) is not interrupted; CP-SAT gets what remains of
 ``time_limit``.
 
-Residency (``Problem.cache_bytes`` set) is solved twice with the decision fixed, which the
-prototype (shared/examples/cpsat_selection) found much faster than a big-M or enforced
+Residency (``Problem.cache_bytes`` set) is solved once per residency level with the level fixed,
+which the prototype (shared/examples/cpsat_selection) found much faster than a big-M or enforced
 formulation: R=1 with warm times and the knapsack sum(weight + workspace bytes) <= cache_bytes -
-activation_bytes, and R=0 with cold times and no constraint; the better by ``problem.evaluate``
-wins. R=0 may pick an assignment that happens to fit: its true (warm) cost is then no higher
-than its cold objective as long as warm <= cold, so the pair is exact. If some choice is slower
-warm than cold, R=0 is restricted to assignments that overflow, to stay exact.
+activation_bytes; one solve per ``Problem.partial`` step with its blended times and its cap as
+the knapsack; and R=0 with cold times and no constraint. The best by ``problem.evaluate`` wins.
+A level may pick an assignment whose footprint falls in a warmer level: its true cost is then no
+higher than its objective as long as warm <= cold, so the set of solves is exact. If some choice
+is slower warm than cold, each level is also bounded below (its footprint must exceed the cap
+of the level before), to stay exact.
 """
 from __future__ import annotations
 
@@ -78,9 +80,9 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
     domains = consistent_domains(problem)
     branches = _branches(problem, domains)
     runs = []                         # (status, choice or None, lower bound in ms)
-    for k, (warm, knapsack) in enumerate(branches):
-        share = (time_limit - (time.perf_counter() - t0)) / (len(branches) - k)
-        runs.append(_branch(problem, domains, warm, knapsack, max(0.01, share), parameters))
+    for k, (share, lo, hi) in enumerate(branches):
+        left = (time_limit - (time.perf_counter() - t0)) / (len(branches) - k)
+        runs.append(_branch(problem, domains, share, lo, hi, max(0.01, left), parameters))
     if all(status == cp_model.INFEASIBLE for status, _, _ in runs):
         raise Infeasible("no combination of choices has finite layout-transform costs on every edge")
     found = [choice for _, choice, _ in runs if choice is not None]
@@ -104,35 +106,39 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
                       alternatives=others)
 
 
-def _branches(problem: Problem, domains) -> list[tuple[bool, str | None]]:
-    """The solves to run: (warm times?, knapsack None | "fit" | "overflow")."""
-    if problem.cache_bytes is None:
-        return [(False, None)]
-    room = problem.cache_bytes - problem.activation_bytes
+def _branches(problem: Problem, domains) -> list[tuple[float, int | None, int | None]]:
+    """The solves to run: (warm share, footprint low exclusive or None, high inclusive or None),
+    one per residency level some assignment can reach; bounds only where they cut."""
     sizes = [[_bytes(problem.nodes[v].choices[c]) for c in dom] for v, dom in enumerate(domains)]
-    if room < sum(map(min, sizes)):
-        return [(False, None)]        # nothing fits: cold everywhere
-    if sum(map(max, sizes)) <= room:
-        return [(True, None)]         # everything fits: warm everywhere
+    least = problem.activation_bytes + sum(map(min, sizes))
+    most = problem.activation_bytes + sum(map(max, sizes))
+    reachable = [(lo, hi, share) for lo, hi, share in problem.levels()
+                 if (lo is None or lo < most) and (hi is None or hi >= least)]
     slower_warm = any(problem.nodes[v].choices[c].time(True) > problem.nodes[v].choices[c].cost
                       for v, dom in enumerate(domains) for c in dom)
-    return [(True, "fit"), (False, "overflow" if slower_warm else None)]
+    out = []
+    for lo, hi, share in reachable:
+        lo = lo if slower_warm and lo is not None and lo >= least else None
+        hi = hi if hi is not None and hi < most else None
+        out.append((share, lo, hi))
+    return out
 
 
 def _bytes(ch) -> int:
     return ch.weight_bytes + ch.workspace_bytes
 
 
-def _branch(problem: Problem, domains, warm: bool, knapsack: str | None, time_limit: float,
+def _branch(problem: Problem, domains, share: float, lo: int | None, hi: int | None, time_limit: float,
             parameters: dict):
-    """One CP-SAT solve with the residency fixed: (status, choice or None, lower bound ms).
+    """One CP-SAT solve with the residency level fixed: node times blended at ``share``, the
+    footprint kept in (lo, hi]: (status, choice or None, lower bound ms).
 
-    INFEASIBLE is returned only under a knapsack (the other half may still have solutions);
-    without one it is raised.
+    INFEASIBLE is returned only under a footprint bound (another level may still have
+    solutions); without one it is raised.
     """
     t0 = time.perf_counter()
     nodes = problem.nodes
-    scale = _scale(problem, domains, warm)
+    scale = _scale(problem, domains, share)
 
     def units(ms):
         return round(ms * scale)
@@ -154,28 +160,31 @@ def _branch(problem: Problem, domains, warm: bool, knapsack: str | None, time_li
 
     for v, dom in enumerate(domains):
         if x[v] is None:
-            t = nodes[v].choices[fixed[v]].time(warm)
+            t = nodes[v].choices[fixed[v]].blend(share)
             if t == math.inf:             # a warm_cost of inf: no assignment in this branch
                 m.add_bool_or([])
             else:
                 const += units(t)
         else:
             for c, var in x[v].items():
-                t = nodes[v].choices[c].time(warm)
+                t = nodes[v].choices[c].blend(share)
                 if t == math.inf:
                     m.add(var == 0)
                 else:
                     pay(var, units(t))
 
-    if knapsack is not None:          # relative to each node's smallest choice: small coefficients
-        room = problem.cache_bytes - problem.activation_bytes
-        base = [min(_bytes(nodes[v].choices[c]) for c in dom) for v, dom in enumerate(domains)]
-        room -= sum(base)
+    bounded = lo is not None or hi is not None
+    if bounded:                       # relative to each node's smallest choice: small coefficients
+        base = problem.activation_bytes + sum(min(_bytes(nodes[v].choices[c]) for c in dom)
+                                              for v, dom in enumerate(domains))
         extra = cp_model.LinearExpr.weighted_sum(
             [var for v, xv in enumerate(x) if xv for var in xv.values()],
-            [_bytes(nodes[v].choices[c]) - base[v] for v, xv in enumerate(x) if xv for c in xv])
-        m.add(extra <= room if knapsack == "fit" else extra >= room + 1)
-
+            [_bytes(nodes[v].choices[c]) - min(_bytes(nodes[v].choices[d]) for d in xv)
+             for v, xv in enumerate(x) if xv for c in xv])
+        if hi is not None:
+            m.add(extra <= hi - base)
+        if lo is not None:
+            m.add(extra >= lo + 1 - base)
     one_hots = {}
 
     def one_hot(v, port):
@@ -234,7 +243,7 @@ def _branch(problem: Problem, domains, warm: bool, knapsack: str | None, time_li
     solver.parameters.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - t0))
     status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
-        if knapsack is None:
+        if not bounded:
             raise Infeasible("no combination of choices has finite layout-transform costs on every edge")
         return status, None, math.inf
     if status == cp_model.MODEL_INVALID:
@@ -247,9 +256,9 @@ def _branch(problem: Problem, domains, warm: bool, knapsack: str | None, time_li
     return status, choice, solver.best_objective_bound / scale
 
 
-def _scale(problem: Problem, domains, warm: bool = False) -> float:
+def _scale(problem: Problem, domains, share: float = 0.0) -> float:
     """1 / RESOLUTION_MS, coarsened by powers of ten when the worst total would not fit."""
-    worst = sum(max((abs(t) for c in dom if (t := problem.nodes[v].choices[c].time(warm)) < math.inf),
+    worst = sum(max((abs(t) for c in dom if (t := problem.nodes[v].choices[c].blend(share)) < math.inf),
                     default=0.0) for v, dom in enumerate(domains))
     worst += sum(max((abs(t) for t in e.transform.values() if t < math.inf), default=0.0)
                  for e in problem.edges)

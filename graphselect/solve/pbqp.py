@@ -24,9 +24,9 @@ from costmodels.problem import Assignment, Problem
 from graphselect.errors import Infeasible
 
 
-def _graph(problem: Problem, warm: bool):
+def _graph(problem: Problem, share: float):
     """Cost vectors and merged, undirected cost matrices keyed (u, v) with u < v, rows u."""
-    vec = [np.array([ch.time(warm) for ch in node.choices], dtype=float) for node in problem.nodes]
+    vec = [np.array([ch.blend(share) for ch in node.choices], dtype=float) for node in problem.nodes]
     mat = {}
     for e in problem.edges:
         src, dst = problem.nodes[e.src].choices, problem.nodes[e.dst].choices
@@ -40,8 +40,8 @@ def _graph(problem: Problem, warm: bool):
     return vec, mat
 
 
-def _reduce(problem: Problem, warm: bool) -> tuple[tuple[int, ...], dict]:
-    vec, mat = _graph(problem, warm)
+def _reduce(problem: Problem, share: float) -> tuple[tuple[int, ...], dict]:
+    vec, mat = _graph(problem, share)
     n = len(problem.nodes)
     adj = [set() for _ in range(n)]
     for u, v in mat:
@@ -128,7 +128,8 @@ def solve_with_info(problem: Problem, *, time_limit: float | None = None) -> tup
 
     ``info`` counts the reductions of the returned run: ``"rn_reductions"`` (heuristic steps; 0
     means the reductions were exact), ``"ri"``, ``"rii"``, ``"r0"``, and ``"objective"``
-    (``"cold"`` or ``"warm"``: the node times the reductions minimized). ``optimal`` is True iff
+    (``"cold"``, ``"warm"`` or ``"warm share S"`` for a partial-residency level: the node times the
+    reductions minimized). ``optimal`` is True iff
     no RN step was used and ``problem.cache_bytes`` is None. ``time_limit`` is accepted for a
     uniform signature and ignored.
 
@@ -147,12 +148,12 @@ def solve_with_info(problem: Problem, *, time_limit: float | None = None) -> tup
     (True, 0)
     """
     t0 = time.perf_counter()
-    runs = [(False,)] if problem.cache_bytes is None else [(False,), (True,)]
+    shares = sorted({share for _, _, share in problem.levels()})       # cold first
     best = None
-    for (warm,) in runs:
-        choice, info = _reduce(problem, warm)
+    for share in shares:
+        choice, info = _reduce(problem, share)
         cost = float(problem.evaluate(choice))
-        info["objective"] = "warm" if warm else "cold"
+        info["objective"] = "cold" if share == 0 else "warm" if share == 1 else f"warm share {share:g}"
         if best is None or cost < best[1]:
             best = (choice, cost, info)
     choice, cost, info = best

@@ -94,7 +94,8 @@ def _slower_warm(p, seed):
                                             workspace_bytes=c.workspace_bytes)
                                      if c.warm_cost is not None else c for c in n.choices))
                   for n in p.nodes)
-    return Problem(nodes, p.edges, cache_bytes=p.cache_bytes, activation_bytes=p.activation_bytes)
+    return Problem(nodes, p.edges, cache_bytes=p.cache_bytes, activation_bytes=p.activation_bytes,
+                   partial=p.partial)
 
 
 def _check_against_brute(p):
@@ -134,6 +135,70 @@ def test_random_residency_problems_against_brute_force():
 def test_random_problems_with_slower_warm_times_against_brute_force():
     for seed in range(0, 200, 4):
         _check_against_brute(_slower_warm(synthetic.random_problem(seed, residency=True), seed))
+
+
+def _graded(p, seed):
+    """The same problem with 1-3 partial-residency steps between the budget and the largest
+    footprint (caps increasing, shares decreasing)."""
+    rng = random.Random(seed)
+    most = p.activation_bytes + sum(max(c.weight_bytes + c.workspace_bytes for c in n.choices) for n in p.nodes)
+    span = max(3, most - p.cache_bytes)
+    caps = sorted(rng.sample(range(p.cache_bytes + 1, p.cache_bytes + span + 1), rng.randint(1, 3)))
+    shares = sorted((round(rng.uniform(0.05, 0.95), 2) for _ in caps), reverse=True)
+    return Problem(p.nodes, p.edges, cache_bytes=p.cache_bytes, activation_bytes=p.activation_bytes,
+                   partial=tuple(zip(caps, shares)))
+
+
+def test_partial_residency_semantics():
+    p = _chain([BIG, SMALL], [BIG, SMALL], cache_bytes=100, )
+    g = Problem(p.nodes, p.edges, cache_bytes=100, partial=((140, 0.75), (200, 0.5)))
+    assert g.levels() == ((None, 100, 1.0), (100, 140, 0.75), (140, 200, 0.5), (200, None, 0.0))
+    assert g.warm_share((0, 1, 1, 0)) == 1.0 and g.evaluate((0, 1, 1, 0)) == 3.0      # 80 bytes: warm
+    assert g.warm_share((0, 0, 1, 0)) == 0.75                                          # 140: first step
+    assert g.evaluate((0, 0, 1, 0)) == pytest.approx(3.0 - 0.75 * 2.0 + 3.0 - 0.75 * 1.5)
+    assert g.warm_share((0, 0, 0, 0)) == 0.5 and g.evaluate((0, 0, 0, 0)) == pytest.approx(4.0)
+    assert g.share_at(201) == 0.0 and p.share_at(101) == 0.0 and p.share_at(100) == 1.0
+    assert Problem(p.nodes, p.edges).levels() == ((None, None, 0.0),)
+    # blends: an unusable warm time is unusable whenever any share of it is taken
+    c = Choice("c", 2.0, (), "L", warm_cost=math.inf)
+    assert c.blend(0.0) == 2.0 and c.blend(0.5) == math.inf and c.blend(1.0) == math.inf
+    assert Choice("d", 2.0, (), "L").blend(0.5) == 2.0
+    for bad in [dict(partial=((90, 0.5),)), dict(partial=((150, 0.5), (150, 0.4))),
+                dict(partial=((150, 0.5), (160, 0.6))), dict(partial=((150, 1.5),))]:
+        with pytest.raises(ValueError):
+            Problem(p.nodes, p.edges, cache_bytes=100, **bad)
+    with pytest.raises(ValueError):
+        Problem(p.nodes, p.edges, partial=((150, 0.5),))
+
+
+def test_partial_residency_changes_the_optimum():
+    """Past the budget but inside the first step, the per-layer warm-fastest pair keeps most of
+    its warm advantage: the exact solvers take it, where the plain budget would not."""
+    p = _chain([BIG, SMALL], [BIG, SMALL], cache_bytes=140)
+    plain = brute.solve(p)                                  # 200 bytes would run cold: 6.0 ms
+    assert plain.choice == (0, 0, 1, 0) and plain.cost == 2.5
+    g = Problem(p.nodes, p.edges, cache_bytes=140, partial=((200, 0.9),))
+    for method in ("brute", "cp-sat", "pbqp"):
+        a = solve(g, method=method)
+        assert a.choice == (0, 0, 0, 0) and a.cost == pytest.approx(2 * (3.0 - 0.9 * 2.0))   # 2.4 < 2.5
+
+
+def test_random_partial_residency_problems_against_brute_force():
+    seen = {"warm": 0, "partial": 0, "cold": 0}
+    for seed in range(0, 200, 2):
+        p = _graded(synthetic.random_problem(seed, residency=True), seed)
+        got = _check_against_brute(p)
+        if got:
+            share = p.warm_share(got[0].choice)
+            seen["warm" if share == 1 else "cold" if share == 0 else "partial"] += 1
+            for method in ("pbqp",):
+                assert solve(p, method=method).cost >= got[0].cost - 1e-9
+    assert all(v >= 10 for v in seen.values()), seen
+
+
+def test_random_partial_residency_with_slower_warm_times_against_brute_force():
+    for seed in range(1, 200, 4):
+        _check_against_brute(_slower_warm(_graded(synthetic.random_problem(seed, residency=True), seed), seed))
 
 
 def test_residency_generator_keeps_the_network():
