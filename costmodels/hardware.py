@@ -169,18 +169,102 @@ def measure_throughput(threads: int, cpu: str, *, repeats: int = 5) -> Throughpu
 def throughput(store: str | Path, *, threads: int, cpu: str) -> Throughput:
     """The stored measurement for (cpu, threads) from the JSON file ``store``, measured and
     added to it the first time (written to a temporary file and renamed: never half-written)."""
+    return Throughput(**_stored(store, f"{cpu}|{threads}", lambda: measure_throughput(threads, cpu).__dict__))
+
+
+# Footprints, as multiples of the residency budget, at which the partial-residency steps end.
+RESIDENCY_CAPS = (1.1, 1.25, 1.5, 2.0, 3.0, 4.0)
+
+
+@dataclass(frozen=True)
+class Residency:
+    """How much of the warm-cold difference survives a footprint past the budget.
+
+    ``steps``: ``(cap bytes, warm share)`` for ``Problem.partial``: a footprint up to ``cap``
+    keeps ``share`` of the gap between warm-weight and cold-weight timings (the share measured
+    at the cap, the least in its range). ``warm_gbs``/``cold_gbs``: the probe's read rate over
+    half the budget and over a buffer far beyond the cache.
+    """
+    budget_bytes: int
+    steps: tuple[tuple[int, float], ...]
+    warm_gbs: float
+    cold_gbs: float
+    threads: int
+    cpu: str
+
+
+class _Stream:
+    """A float32 buffer of about ``nbytes`` streamed by a matrix-vector product (BLAS gemv: every
+    byte read once per pass, little arithmetic per byte, the way a network reads its weights
+    once per inference)."""
+
+    def __init__(self, nbytes: int):
+        import numpy as np
+        cols = 1024
+        self.a = np.ones((max(1, nbytes // (4 * cols)), cols), np.float32)
+        self.x = np.ones(cols, np.float32)
+        self.y = np.empty(self.a.shape[0], np.float32)
+
+    def gbs(self, passes: int) -> float:
+        """GB/s of the median of ``passes`` passes, after one warm-up pass."""
+        import time
+
+        import numpy as np
+        np.matmul(self.a, self.x, out=self.y)
+        times = []
+        for _ in range(passes):
+            t = time.perf_counter()
+            np.matmul(self.a, self.x, out=self.y)
+            times.append(time.perf_counter() - t)
+        return self.a.nbytes / sorted(times)[len(times) // 2] / 1e9
+
+
+def measure_residency(budget: int, threads: int, cpu: str, *, caps=RESIDENCY_CAPS,
+                      rounds: int = 5, passes: int = 5) -> Residency:
+    """Read rates at half the budget (warm), at each cap and at max(256 MiB, 8 x budget) (cold),
+    interleaved over ``rounds`` (the last-level cache of a shared machine changes with its
+    neighbours' load) and the median taken. The share at a cap is where its time per byte lies
+    between cold and warm, forced to not increase with the footprint; steps with no share
+    left are dropped. About two seconds."""
+    sizes = [max(1, budget // 2)] + [int(budget * m) for m in caps] + [max(256 << 20, 8 * budget)]
+    streams = [_Stream(n) for n in sizes]
+    rates = [[] for _ in sizes]
+    for _ in range(rounds):
+        for s, out in zip(streams, rates):
+            out.append(s.gbs(passes))
+    med = [sorted(r)[len(r) // 2] for r in rates]
+    warm, cold = med[0], med[-1]
+    steps, last = [], 1.0
+    for cap, r in zip(sizes[1:-1], med[1:-1]):
+        share = (1 / cold - 1 / r) / (1 / cold - 1 / warm) if warm > cold else 0.0
+        last = round(min(last, max(0.0, share)), 3)
+        if last <= 0:
+            break
+        steps.append((cap, last))
+    return Residency(budget, tuple(steps), round(warm, 1), round(cold, 1), threads, cpu)
+
+
+def residency(store: str | Path, budget: int, *, threads: int, cpu: str) -> Residency:
+    """The stored :class:`Residency` for (cpu, threads, budget) in the JSON file ``store``,
+    measured the first time (about a second)."""
+    d = _stored(store, f"residency|{cpu}|{threads}|{budget}",
+                lambda: measure_residency(budget, threads, cpu).__dict__)
+    return Residency(**{**d, "steps": tuple(tuple(s) for s in d["steps"])})
+
+
+def _stored(store: str | Path, key: str, measure) -> dict:
+    """``store[key]`` from the JSON file, else ``measure()`` added to it (written to a temporary
+    file and renamed: never half-written)."""
     store = Path(store)
-    key = f"{cpu}|{threads}"
     try:
         data = json.loads(store.read_text())
     except (OSError, ValueError):
         data = {}
     if key in data:
-        return Throughput(**data[key])
-    t = measure_throughput(threads, cpu)
-    data[key] = t.__dict__
+        return data[key]
+    data[key] = value = measure()
     store.parent.mkdir(parents=True, exist_ok=True)
     tmp = store.with_name(store.name + ".partial")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, store)
-    return t
+    return value

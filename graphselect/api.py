@@ -136,7 +136,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     cache_budget : int, "auto" or None
         Bytes of cache the network's weights, workspaces and live activations may count on to
         run with warm-weight timings ("auto": from the CPU's cache sizes, see
-        ``costmodels.hardware``; None: always cold-weight timings).
+        ``costmodels.hardware``, with partial-residency steps beyond it measured once per CPU
+        when ``cache`` keeps a record store; None: always cold-weight timings).
 
     Returns
     -------
@@ -200,7 +201,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                    progress=lambda d, n, m: progress("measure", d, n, m))
     t0 = lap("measure", t0)
 
-    from costmodels.hardware import detect, residency_budget, throughput
+    from costmodels.hardware import detect, residency, residency_budget, throughput
     hw = detect()
     if cache_budget == "auto":
         budget = residency_budget(hw)
@@ -208,10 +209,15 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         budget = None if cache_budget in (None, "off") else int(cache_budget)
     hardware = {"l1d_bytes": hw.l1d_bytes, "l2_bytes": hw.l2_bytes, "l3_bytes": hw.l3_bytes,
                 "line_bytes": hw.line_bytes, "source": hw.source, "residency_budget_bytes": residency_budget(hw)}
-    if store.path is not None:     # peak FLOP/s and bandwidth: measured once per CPU and thread count
+    partial = ()
+    if store.path is not None:     # peak FLOP/s, bandwidth, residency steps: measured once per CPU and threads
         tp = throughput(store.path.parent / "hardware.json", threads=spec.threads, cpu=ctx.cpu)
         hardware.update(peak_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs)
-    problem = plan_mod.make_problem(lg, plan, meas, cache_bytes=budget)
+        if cache_budget == "auto" and budget:
+            res = residency(store.path.parent / "hardware.json", budget, threads=spec.threads, cpu=ctx.cpu)
+            partial = res.steps
+            hardware["residency_steps"] = [list(st) for st in res.steps]
+    problem = plan_mod.make_problem(lg, plan, meas, cache_bytes=budget, partial=partial)
     try:
         assignment: Assignment = solve_mod.solve(problem, method=solver, time_limit=time_limit)
     except ValueError as e:        # e.g. dp on a graph that is not a tree: the user picked it
@@ -229,7 +235,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     alternatives = [(solver, assignment)]
     if benchmark_runs:
         for c in assignment.alternatives:      # e.g. the best assignment of the other residency state
-            state = "resident" if problem.resident(c) else "cold"
+            share = problem.warm_share(c)
+            state = "resident" if share >= 1 else f"{share:.0%} warm" if share > 0 else "cold"
             alternatives.append((f"{solver} ({state})", Assignment(tuple(c), problem.evaluate(c), solver, False,
                                                                    resident=problem.resident(c))))
         alternatives.append(("greedy", greedy))

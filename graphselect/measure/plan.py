@@ -190,11 +190,12 @@ def _in_layout(opt, port: int, layer: Layer) -> str:
 
 
 def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measurement],
-                 cache_bytes: int | None = None) -> Problem:
+                 cache_bytes: int | None = None, partial: tuple[tuple[int, float], ...] = ()) -> Problem:
     """Node costs are the cold-weight timings (their sum predicted ResNet-18 end to end within 1%
     on this machine, where the warm sum missed by 14%: 46 MB of weights do not stay in a 32 MB
     L3) and the warm ones; with ``cache_bytes`` the solver decides which apply: warm when the
-    chosen weights and workspaces plus the live activations fit the budget."""
+    chosen weights and workspaces plus the live activations fit the budget, and a share of the
+    difference in each ``partial`` step beyond it (``costmodels.hardware.residency``)."""
     index = {name: i for i, name in enumerate(lg.layers)}
     nodes = []
     for name, layer in lg.layers.items():
@@ -229,7 +230,8 @@ def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measure
             m = meas.get(key)
             tr[ab] = m.cold_ms if m is not None and m.ok else math.inf
         edges.append(Edge(index[src], index[dst], port, tr))
-    return Problem(tuple(nodes), tuple(edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes(lg))
+    return Problem(tuple(nodes), tuple(edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes(lg),
+                   partial=tuple(partial) if cache_bytes is not None else ())
 
 
 def const_bytes(lg: LayerGraph, layer: Layer) -> int:

@@ -367,3 +367,30 @@ def test_throughput_is_measured_once_and_stored(tmp_path, monkeypatch):
     assert a.peak_gflops > 1 and a.bandwidth_gbs > 0.5
     hardware.throughput(store, threads=1, cpu="test-cpu")      # another key measures again
     assert len(calls) == 2
+
+
+def test_residency_steps_are_measured_once_and_stored(tmp_path, monkeypatch):
+    from costmodels import hardware
+    calls = []
+    real = hardware.measure_residency
+
+    def counting(budget, threads, cpu, **kw):
+        calls.append(budget)
+        return real(budget, threads, cpu, rounds=2, passes=2)
+    monkeypatch.setattr(hardware, "measure_residency", counting)
+    store = tmp_path / "hw.json"
+    budget = 4 << 20
+    a = hardware.residency(store, budget, threads=2, cpu="test-cpu")
+    b = hardware.residency(store, budget, threads=2, cpu="test-cpu")
+    assert a == b and calls == [budget]
+    assert a.warm_gbs > 0 and a.cold_gbs > 0 and a.budget_bytes == budget
+    caps = [c for c, _ in a.steps]
+    shares = [s for _, s in a.steps]
+    assert caps == sorted(caps) and all(c > budget for c in caps)
+    assert all(0 < s <= 1 for s in shares) and shares == sorted(shares, reverse=True)
+    # the steps are valid Problem.partial steps for this budget
+    Problem((), (), cache_bytes=budget, partial=a.steps)
+    hardware.residency(store, 2 * budget, threads=2, cpu="test-cpu")   # another budget measures again
+    assert calls == [budget, 2 * budget]
+    # the throughput entry shares the file without disturbing it
+    assert "residency|test-cpu|2|4194304" in json.loads(store.read_text())
