@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int, str], None]   # (stage, done, total, message)
 TOLERANCE = 1e-4      # max |tvm - onnxruntime| / max |onnxruntime|
+MAX_ALTERNATIVES = 2  # other solver assignments built and timed beside the chosen one and greedy
 
 
 @dataclass(eq=False)
@@ -170,7 +171,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     from .rewrite.apply import apply, count_transforms
     from .report import make_report
     from . import solve as solve_mod
-    from .target import cpu_model
+    from .target import cpu_model, runtime_tag
 
     t_start = time.perf_counter()
     stage_s: dict[str, float] = {}
@@ -194,7 +195,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     t0 = lap("import", t0)
 
     store = RecordStore(default_path() if cache is True else cache) if cache not in (None, False) else RecordStore(None)
-    ctx = Context(target=spec.key, cpu=cpu_model(), threads=spec.threads, tvm=tvm.__version__)
+    ctx = Context(target=spec.key, cpu=cpu_model(), threads=spec.threads, tvm=runtime_tag(tvm.__version__))
     plan = plan_mod.make_plan(lg, tvm_target, families)
     reused_before = sum(1 for j in {(j.workload, j.candidate) for j in plan.jobs} if store.get(ctx, *j) is not None)
     meas = measure(list(plan.jobs), target=tvm_target, ctx=ctx, store=store, timing=timing,
@@ -234,11 +235,17 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     # worth checking: predictions are verified by measurement, not trusted
     alternatives = [(solver, assignment)]
     if benchmark_runs:
-        for c in assignment.alternatives:      # e.g. the best assignment of the other residency state
+        # the best assignments of other residency levels: the one that fits the budget (safe
+        # when the shares beyond it are off) and the predicted fastest of the rest
+        others = sorted(assignment.alternatives, key=problem.evaluate)
+        fits = [c for c in others if problem.resident(c)][:1]
+        for c in fits + [c for c in others if c not in fits][:MAX_ALTERNATIVES - len(fits)]:
             share = problem.warm_share(c)
             state = "resident" if share >= 1 else f"{share:.0%} warm" if share > 0 else "cold"
-            alternatives.append((f"{solver} ({state})", Assignment(tuple(c), problem.evaluate(c), solver, False,
-                                                                   resident=problem.resident(c))))
+            # optimal for its own residency level, as the solver proved (or not) for all levels
+            alternatives.append((f"{solver} ({state})", Assignment(
+                tuple(c), problem.evaluate(c), solver, assignment.optimal, seconds=assignment.seconds,
+                resident=problem.resident(c))))
         alternatives.append(("greedy", greedy))
     distinct: dict = {}
     for lb, a in alternatives:

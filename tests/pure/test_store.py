@@ -54,3 +54,16 @@ def test_jobs_sharing_a_workload_are_measured_once():
     assert len(built) == 1                       # c1 from the store, c2 once
     assert out[("w", "c1")].cold_ms == 1.0 and not out[("w", "c2")].ok
     assert s.get(CTX, "w", "c2") is None         # build failures are not cached
+
+
+def test_runtime_tag_keys_records_by_the_thread_pool_spin_count(monkeypatch, tmp_path):
+    from graphselect.target import runtime_tag
+    monkeypatch.delenv("TVM_THREAD_POOL_SPIN_COUNT", raising=False)
+    assert runtime_tag("0.27.0") == "0.27.0"
+    monkeypatch.setenv("TVM_THREAD_POOL_SPIN_COUNT", "1000000")
+    tagged = runtime_tag("0.27.0")
+    assert tagged == "0.27.0 spin=1000000"
+    store = RecordStore(tmp_path / "r.sqlite")
+    store.put(Context(CTX.target, CTX.cpu, 2, "0.27.0"), Measurement("w", "c", 2.0, 1.0))
+    assert store.get(Context(CTX.target, CTX.cpu, 2, tagged), "w", "c") is None
+    assert store.get(Context(CTX.target, CTX.cpu, 2, "0.27.0"), "w", "c").cold_ms == 2.0
