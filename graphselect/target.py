@@ -54,10 +54,8 @@ def cpu_model() -> str:
 
 def runtime_tag(version: str) -> str:
     """The TVM runtime a timing depends on (part of the record key): the version and the thread
-    pool's spin count. Kernels timed with TVM's default spin count pay the workers' wake-up on
-    calls that follow a pause (every weights-cold run: the flush is the pause); half-width
-    ResNet-18's kernels summed to 1.26 ms that way against 0.91 ms re-timed with graphselect's
-    spin count, which is what the network sees."""
+    pool's spin count, which decides whether workers sleep between kernels (graphselect sets
+    it on import; a user may set another)."""
     spin = os.environ.get("TVM_THREAD_POOL_SPIN_COUNT")
     return version if spin is None else f"{version} spin={spin}"
 
