@@ -221,6 +221,7 @@ def summary(r: dict) -> str:
         ("onnxruntime", unit(r.get("onnxruntime_ms"), "ms")),
         ("Ratio to onnxruntime", ratio_text(r)),
         ("Greedy baseline (predicted)", greedy_text(r)),
+        ("Cache", cache_text(r)),
         ("Solver", solver_text(r)),
         ("Layout transforms in the network", r.get("layout_transforms")),
         ("Max relative error vs onnxruntime", f"{err:.2e}" if is_num(err) else DASH),
@@ -440,6 +441,30 @@ def spread_chart(convs: list[dict]) -> str:
     return svg(LABEL_W + PLOT_W + RIGHT_W, bottom + 30, parts, "candidate cold times per conv layer")
 
 
+def cache_text(r: dict) -> str:
+    c = r.get("cache") or {}
+    if c.get("budget_bytes") is None:
+        return "no cache budget (cold timings)"
+    share = c.get("warm_share")
+    state = ("fits: warm timings" if c.get("resident") else
+             f"does not fit: {100 * share:.0f}% of the warm-cold difference kept" if is_num(share) and share > 0
+             else "does not fit: cold timings")
+    return f"footprint {nbytes(c.get('footprint_bytes'))} of a {nbytes(c.get('budget_bytes'))} budget; {state}"
+
+
+def alternatives(r: dict) -> str:
+    alts = r.get("alternatives") or []
+    if not alts:
+        return empty("no assignment was timed end to end")
+    rows = []
+    for a in alts:
+        p, m = a.get("predicted_ms"), a.get("measured_ms")
+        err = f"{100 * (p - m) / m:+.1f}%" if is_num(p) and is_num(m) and m > 0 else None
+        rows.append([a.get("label"), p, m, err, a.get("max_rel_err"), "chosen" if a.get("chosen") else ""])
+    return table(["assignment", "predicted ms", "measured ms", "prediction error", "max rel err", ""], rows,
+                 num_cols=(1, 2, 3, 4), row_classes=["differs" if a.get("chosen") else "" for a in alts])
+
+
 def versus_greedy(r: dict) -> str:
     vg = r.get("versus_greedy") or {}
     changes = vg.get("changes") or []
@@ -465,6 +490,9 @@ def render_html(report: dict) -> str:
         summary(r),
         section("Conv layers", conv_table(convs),
                 "Highlighted rows: the whole-graph choice differs from the candidate fastest on its own."),
+        section("Assignments built and timed", alternatives(r),
+                "The solver's assignment, the best assignments of other cache-residency levels and "
+                "warm-cache greedy's, each built and timed end to end; the fastest measured is kept."),
         section("Versus warm-cache greedy", versus_greedy(r),
                 "Greedy takes each layer's fastest candidate with warm weights. Why: cache = greedy's "
                 "choice is fast warm but greedy's whole selection overflows the cache budget and runs "

@@ -140,6 +140,13 @@ def summary_table(report: dict, *, width: int = 120) -> str:
         lines.append("no conv layers")
     lines.append("")
     lines += _labelled(_e2e(report), width)
+    alts = [a for a in report.get("alternatives") or [] if _num(a.get("measured_ms"))]
+    if len(alts) > 1:
+        lines += ["", "assignments built and timed end to end (the fastest is kept):"]
+        lines += columns(["assignment", "predicted", "measured", ""],
+                         [[_s(a.get("label")), _ms(a.get("predicted_ms")), _ms(a.get("measured_ms")),
+                           "chosen" if a.get("chosen") else ""] for a in alts],
+                         width=width, right={1, 2}, shrink={0})
     vg = report.get("versus_greedy") or {}
     if vg.get("changes"):
         lines += ["", _cut("versus warm-cache greedy: " + _s(vg.get("summary")), width * 3)]
