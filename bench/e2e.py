@@ -115,6 +115,7 @@ def main():
                "ms": t, "ratio_to_ort": {k: v / ort for k, v in t.items()},
                "max_rel_err": res.report["max_rel_err"],
                "optimize_alternatives": res.report.get("alternatives"),
+               "kept": next(x["label"] for x in res.report["alternatives"] if x["chosen"]),
                "footprint_mib": {"greedy": problem.footprint(ex["greedy"].choice) / 2**20,
                                  "graphselect": res.report["cache"]["footprint_bytes"] / 2**20}}
         rows.append(row)
@@ -135,12 +136,13 @@ PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime")
 
 def _line(r):
     return f"{r['model']}: " + "  ".join(f"{k} {r['ms'][k]:.3f} ms ({r['ratio_to_ort'][k]:.2f}x)"
-                                          for k in PEERS if k in r["ms"])
+                                          for k in PEERS if k in r["ms"]) + f"  [kept: {r.get('kept')}]"
 
 
 def _table(rows):
     head = ("| model | " + " | ".join(f"{p} ms (x ORT)" for p in PEERS) +
-            " | greedy / graphselect | graphselect predicted ms | footprint MiB greedy / graphselect | max rel err |")
+            " | greedy / graphselect | graphselect predicted ms (error) | footprint MiB greedy / graphselect"
+            " | max rel err |")
     sep = "|" + "---|" * (len(PEERS) + 5)
     lines = [head, sep]
     for r in rows:
@@ -151,9 +153,15 @@ def _table(rows):
         g, gs = r["ms"].get("greedy"), r["ms"].get("graphselect")
         fp = r.get("footprint_mib", {})
         lines.append(f"| {r['model']} | " + " | ".join(cells) +
-                     f" | {g / gs:.3f}x | {r['predicted_ms']['graphselect']:.3f} | "
+                     f" | {g / gs:.3f}x | {r['predicted_ms']['graphselect']:.3f} "
+                     f"({100 * (r['predicted_ms']['graphselect'] - gs) / gs:+.0f}%) | "
                      f"{fp.get('greedy', float('nan')):.1f} / {fp.get('graphselect', float('nan')):.1f} | "
                      f"{r['max_rel_err']:.1e} |")
+    errs = sorted(abs(r["predicted_ms"]["graphselect"] - r["ms"]["graphselect"]) / r["ms"]["graphselect"]
+                  for r in rows)
+    if errs:
+        lines += ["", f"Median absolute prediction error over {len(errs)} model(s): "
+                      f"{100 * float(np.median(errs)):.1f}%"]
     return "\n".join(lines) + "\n"
 
 

@@ -161,6 +161,12 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         timing = TimingConfig()
 
     import tvm
+    running = int(tvm.get_global_func("runtime.NumThreads")())
+    if running != spec.threads:     # the pool started earlier: timings would be filed under the wrong count
+        raise GraphSelectError(
+            f"TVM's thread pool already runs {running} thread(s), started before optimize could set "
+            f"TVM_NUM_THREADS={spec.threads}; set TVM_NUM_THREADS={spec.threads} before the first TVM kernel "
+            f"runs in this process, or pass threads={running}")
     from costmodels.problem import Assignment
     from .frontend import onnx_prep
     from .frontend.relax_import import import_onnx

@@ -114,3 +114,21 @@ def test_pytorch_exported_model(tmp_path):
 def test_dp_solver_refuses_graphs_that_are_not_trees(tmp_path):
     r = run("optimize", "tiny", "--solver", "dp", "--no-cache", "--runs", "0", cwd=tmp_path)
     assert r.returncode == 2 and "dp is exact on chains and trees" in r.stderr
+
+
+def test_optimize_refuses_a_thread_pool_of_another_size():
+    """Timings filed under threads=N must be taken with N threads: a pool already started with
+    another count is refused with a clear message (checked in a fresh process)."""
+    import subprocess
+    import sys
+    code = ("import os; os.environ['TVM_NUM_THREADS'] = '1'\n"
+            "import tvm; assert tvm.get_global_func('runtime.NumThreads')() == 1\n"
+            "import graphselect, models\n"
+            "try:\n"
+            "    graphselect.optimize(models.build('tiny'), threads=2, cache=None, benchmark_runs=0)\n"
+            "except graphselect.GraphSelectError as e:\n"
+            "    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "refused: TVM's thread pool already runs 1 thread(s)" in out.stdout
+    assert "TVM_NUM_THREADS=2" in out.stdout
