@@ -246,7 +246,7 @@ def measure_residency(budget: int, threads: int, cpu: str, *, caps=RESIDENCY_CAP
 
 def residency(store: str | Path, budget: int, *, threads: int, cpu: str) -> Residency:
     """The stored :class:`Residency` for (cpu, threads, budget) in the JSON file ``store``,
-    measured the first time (about a second)."""
+    measured the first time (about two seconds)."""
     d = _stored(store, f"residency|{cpu}|{threads}|{budget}",
                 lambda: measure_residency(budget, threads, cpu).__dict__)
     return Residency(**{**d, "steps": tuple(tuple(s) for s in d["steps"])})

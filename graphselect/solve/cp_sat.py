@@ -175,12 +175,11 @@ def _branch(problem: Problem, domains, share: float, lo: int | None, hi: int | N
 
     bounded = lo is not None or hi is not None
     if bounded:                       # relative to each node's smallest choice: small coefficients
-        base = problem.activation_bytes + sum(min(_bytes(nodes[v].choices[c]) for c in dom)
-                                              for v, dom in enumerate(domains))
+        least = [min(_bytes(nodes[v].choices[c]) for c in dom) for v, dom in enumerate(domains)]
+        base = problem.activation_bytes + sum(least)
         extra = cp_model.LinearExpr.weighted_sum(
             [var for v, xv in enumerate(x) if xv for var in xv.values()],
-            [_bytes(nodes[v].choices[c]) - min(_bytes(nodes[v].choices[d]) for d in xv)
-             for v, xv in enumerate(x) if xv for c in xv])
+            [_bytes(nodes[v].choices[c]) - least[v] for v, xv in enumerate(x) if xv for c in xv])
         if hi is not None:
             m.add(extra <= hi - base)
         if lo is not None:

@@ -9,8 +9,9 @@ node at its locally best choice. Choices are then read back in reverse reduction
 
 Series-parallel graphs (chains, trees, residual and concat blocks) never need RN, so there the
 result is optimal for the cold objective. The residency term is global and invisible to PBQP:
-with ``cache_bytes`` set the solver runs once on cold and once on warm times and keeps whichever
-assignment ``Problem.evaluate`` prices lower, never claiming optimality.
+with ``cache_bytes`` set the solver runs once per residency level (cold, warm, and the blended
+times of each ``Problem.partial`` step) and keeps whichever assignment ``Problem.evaluate``
+prices lower, never claiming optimality.
 """
 from __future__ import annotations
 
