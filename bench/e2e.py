@@ -95,6 +95,7 @@ def main():
         def build_choice(choice):
             return build(apply(lg, plan_mod.selection_from(lg, plan, choice), target), target)
 
+        kept = next(x for x in res.report["alternatives"] if x["chosen"])
         unis = {b: uniform_choice(problem, lg, plan, b) for b in (16, 32)}
         ub = min(unis, key=lambda b: problem.evaluate(unis[b]))
         peers = {"uniform": build_choice(unis[ub]), "greedy": build_choice(ex["greedy"].choice),
@@ -111,11 +112,11 @@ def main():
         row = {"model": name, "input": list(res.input_shape), "threads": a.threads, "runs": a.runs,
                "uniform_block": ub, "optimize_s": round(t_opt, 1),
                "predicted_ms": {"uniform": problem.evaluate(unis[ub]), "greedy": ex["greedy"].cost,
-                                "graphselect": next(x["predicted_ms"] for x in res.report["alternatives"] if x["chosen"])},
+                                "graphselect": kept["predicted_ms"]},
                "ms": t, "ratio_to_ort": {k: v / ort for k, v in t.items()},
                "max_rel_err": res.report["max_rel_err"],
                "optimize_alternatives": res.report.get("alternatives"),
-               "kept": next(x["label"] for x in res.report["alternatives"] if x["chosen"]),
+               "kept": kept["label"],
                "footprint_mib": {"greedy": problem.footprint(ex["greedy"].choice) / 2**20,
                                  "graphselect": res.report["cache"]["footprint_bytes"] / 2**20}}
         rows.append(row)

@@ -102,13 +102,18 @@ def _shortcut(b: GraphBuilder, x: str, p: str, cout: int, stride: int) -> str:
                      bn=f"{p}.downsample.1")
 
 
-def _resnet(b: GraphBuilder, block, layers: list[int], widths=(64, 128, 256, 512)) -> str:
-    x = _resnet_stem(b, widths[0])
+def _stages(b: GraphBuilder, x: str, block, layers, widths) -> str:
+    """ResNet stages ``layer1..``: ``layers[i]`` blocks of ``widths[i]`` channels, the first block of
+    every stage after the first with stride 2."""
     for i, (planes, n) in enumerate(zip(widths, layers)):
         for j in range(n):
             stride = 2 if (i > 0 and j == 0) else 1
             x = block(b, x, f"layer{i + 1}.{j}", planes, stride)
-    return b.head(x, 1000)
+    return x
+
+
+def _resnet(b: GraphBuilder, block, layers: list[int], widths=(64, 128, 256, 512)) -> str:
+    return b.head(_stages(b, _resnet_stem(b, widths[0]), block, layers, widths), 1000)
 
 
 @_register("ResNet-18 (basic blocks, unfolded conv+BN)", image_size=224,
@@ -136,10 +141,7 @@ def resnet18_half(b: GraphBuilder) -> str:
            image_size=32, min_image_size=16, convs=16)
 def wrn16_4(b: GraphBuilder) -> str:
     x = b.conv_bn("input", 16, 3, conv="conv1", bn="bn1", act="relu")
-    for i, planes in enumerate((64, 128, 256)):
-        for j in range(2):
-            x = _basic_block(b, x, f"layer{i + 1}.{j}", planes, 2 if (i > 0 and j == 0) else 1)
-    return b.head(x, 10)
+    return b.head(_stages(b, x, _basic_block, [2, 2, 2], (64, 128, 256)), 10)
 
 
 @_register("ResNet-50 v1.5 (bottleneck blocks, unfolded conv+BN)", image_size=224,
