@@ -9,8 +9,10 @@
 Usage: python bench/e2e.py MODEL [MODEL...] [--runs 30] [--threads 2] [--default-runs 30]
                            [--image-size N] [--sparsity 0.7] [--skip-default]
 
-Each peer runs blocks of calls (warm-up first), blocks alternate between peers, and the reported
-time is the median over all calls. Results: printed, and saved under bench/results/.
+Each peer runs short blocks of calls (warm-up first) in interleaved rounds (graphselect.measure.e2e).
+Times are medians over all calls; ratios (to onnxruntime, greedy / graphselect) are medians over
+rounds of the ratio within the round, so a slow spell of the machine between rounds does not move
+them. Results: printed, and saved under bench/results/.
 """
 from __future__ import annotations
 
@@ -102,18 +104,20 @@ def main():
                  "graphselect": res.build()}
         fns = {k: vm_runner(v, x) for k, v in peers.items()}
         fns["onnxruntime"] = ort_runner(sess, res.input_name, x)
-        ts = compare(fns, runs=a.runs, blocks=3)
-        t = {k: median(v) for k, v in ts.items()}
+        ts = compare(fns, runs=a.runs, runtimes={k: "onnxruntime" if k == "onnxruntime" else "tvm" for k in fns})
+        t = {k: ts.median(k) for k in fns}
+        ratio = {k: ts.ratio(k, "onnxruntime") for k in fns}
         if not a.skip_default:
             dmod = from_onnx(m, shape_dict={res.input_name: list(res.input_shape)})
             dex = tvm.compile(dmod, target=target)
             t["tvm-default"] = median(time_calls(vm_runner(dex, x), a.default_runs, warmup=1))
-        ort = t["onnxruntime"]
+            ratio["tvm-default"] = t["tvm-default"] / t["onnxruntime"]     # not interleaved
         row = {"model": name, "input": list(res.input_shape), "threads": a.threads, "runs": a.runs,
                "uniform_block": ub, "optimize_s": round(t_opt, 1),
                "predicted_ms": {"uniform": problem.evaluate(unis[ub]), "greedy": ex["greedy"].cost,
                                 "graphselect": kept["predicted_ms"]},
-               "ms": t, "ratio_to_ort": {k: v / ort for k, v in t.items()},
+               "ms": t, "ratio_to_ort": ratio, "greedy_over_graphselect": ts.ratio("greedy", "graphselect"),
+               "round_medians_ms": {k: [round(median(b), 4) for b in ts.ms[k]] for k in fns},
                "max_rel_err": res.report["max_rel_err"],
                "optimize_alternatives": res.report.get("alternatives"),
                "kept": kept["label"],
@@ -151,10 +155,10 @@ def _table(rows):
         for p in PEERS:
             v = r["ms"].get(p)
             cells.append("—" if v is None or not math.isfinite(v) else f"{v:.3f} ({r['ratio_to_ort'][p]:.3f})")
-        g, gs = r["ms"].get("greedy"), r["ms"].get("graphselect")
+        gs = r["ms"].get("graphselect")
         fp = r.get("footprint_mib", {})
         lines.append(f"| {r['model']} | " + " | ".join(cells) +
-                     f" | {g / gs:.3f}x | {r['predicted_ms']['graphselect']:.3f} "
+                     f" | {r['greedy_over_graphselect']:.3f}x | {r['predicted_ms']['graphselect']:.3f} "
                      f"({100 * (r['predicted_ms']['graphselect'] - gs) / gs:+.0f}%) | "
                      f"{fp.get('greedy', float('nan')):.1f} / {fp.get('graphselect', float('nan')):.1f} | "
                      f"{r['max_rel_err']:.1e} |")

@@ -291,16 +291,18 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     times = {}
     measured: dict[str, float] = {}
     if benchmark_runs:
-        from .measure.e2e import compare, median, ort_runner, vm_runner
+        from .measure.e2e import compare, ort_runner, vm_runner
         progress("benchmark", 0, 1, f"timing end to end ({benchmark_runs} runs each)")
         fns = {label: vm_runner(r.build(), x) for label, _, _, r in built}
         fns["onnxruntime"] = ort_runner(sess, prepared.input_name, x)
-        ts = compare(fns, runs=benchmark_runs)
-        measured = {k: median(v) for k, v in ts.items()}
+        ts = compare(fns, runs=benchmark_runs, runtimes={k: "onnxruntime" if k == "onnxruntime" else "tvm"
+                                                          for k in fns})
+        measured = {k: ts.median(k) for k in fns}
         t0 = lap("benchmark", t0)
-    # the fastest measured assignment wins; without timing, the solver's
-    label, assignment_used, selection, result = min(
-        built, key=lambda b: measured.get(b[0], 0.0) if measured else 0.0)
+    # the fastest measured assignment wins (compared round by round, see measure.e2e); without
+    # timing, the solver's
+    fastest = ts.fastest([b[0] for b in built]) if measured else built[0][0]
+    label, assignment_used, selection, result = next(b for b in built if b[0] == fastest)
     if measured:
         times = {"graphselect": measured[label], "onnxruntime": measured["onnxruntime"]}
     err = errs.get(label)
@@ -310,11 +312,12 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     result.report = make_report(
         name=name or _model_name(model, original), lg=lg, plan=plan, meas=meas, problem=problem,
         assignment=assignment_used, greedy=greedy, spec=spec, ctx=ctx, prepared=prepared,
-        transforms=count_transforms(annotated), max_rel_err=err, times=times, stage_seconds=stage_s,
+        transforms=count_transforms(result.module), max_rel_err=err, times=times, stage_seconds=stage_s,
         records={"jobs": len({(j.workload, j.candidate) for j in plan.jobs}), "reused": reused_before,
                  "store": str(store.path) if store.path else None})
     result.report["alternatives"] = [
         {"label": lb, "predicted_ms": round(a.cost, 4), "measured_ms": round(measured[lb], 4) if lb in measured else None,
+         "relative_to_chosen": round(ts.ratio(lb, label), 4) if measured else None,
          "max_rel_err": errs.get(lb), "chosen": lb == label} for lb, a, _, _ in built]
     result.report["hardware"] = hardware
     result.report["chosen_by"] = "measurement" if measured and len(built) > 1 else assignment_used.method

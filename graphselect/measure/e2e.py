@@ -1,14 +1,23 @@
 """End-to-end timing of whole networks, TVM and onnxruntime in one process.
 
 Each runtime's idle worker threads keep spinning for a while after a call and steal the cores
-from the other, so single calls are never alternated: each side runs a block of calls (after a
-warm-up call), blocks alternate with a pause between them that outlasts either runtime's spinning
-(TVM's worker kept spinning tens of ms after a block and doubled onnxruntime's first calls), and
-the result is the median of all calls.
+from the other, so single calls are never alternated: each function runs a block of calls (after
+a warm-up call), and when the runtime changes from one block to the next the pause before the
+block outlasts the previous runtime's spinning. TVM's worker, with the spin count graphselect
+sets (``graphselect.SPIN_COUNT``), keeps spinning for about 0.55 s after a call on this machine
+(0.17 s with TVM's default); onnxruntime timed in its wake ran 3-4x slow.
+
+The machine itself switches state: on the shared 2-core VM this was written on, every network
+ran 1.5-1.9x slower for stretches of seconds to minutes (the last-level cache taken by a
+neighbour; a pure-compute loop on either core kept its speed), and back. So blocks are short
+and come in many rounds, each round visiting every function (in alternating order), and
+functions are compared round by round: :meth:`Rounds.ratio` is the median over rounds of the
+ratio of block medians, which a change of state between rounds does not move.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -25,20 +34,60 @@ def time_calls(fn: Callable[[], object], runs: int, warmup: int = 2) -> list[flo
     return ts
 
 
-PAUSE_S = 0.5
+PAUSE_S = 1.0        # idle before a block whose runtime differs from the previous block's
+BLOCK_CALLS = 5      # calls per block; runs // BLOCK_CALLS rounds (at least 3)
 
 
-def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, blocks: int = 3,
-            pause: float = PAUSE_S) -> dict[str, list[float]]:
-    """Per-call milliseconds for every function: ``runs`` calls each, in ``blocks`` alternating
-    blocks, ``pause`` seconds of idle before each block."""
-    per = max(1, -(-runs // blocks))
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(blocks):
-        for k, fn in fns.items():
-            time.sleep(pause)
-            out[k].extend(time_calls(fn, per))
-    return out
+@dataclass(frozen=True)
+class Rounds:
+    """Per-call milliseconds of several functions timed in interleaved rounds:
+    ``ms[name][r]`` holds the calls of round ``r``."""
+    ms: dict[str, list[list[float]]]
+
+    def calls(self, name: str) -> list[float]:
+        return [t for block in self.ms[name] for t in block]
+
+    def median(self, name: str) -> float:
+        return median(self.calls(name))
+
+    def ratio(self, name: str, reference: str) -> float:
+        """Median over rounds of (block median of ``name``) / (block median of ``reference``):
+        > 1 when ``name`` is slower."""
+        return median([median(a) / median(b) for a, b in zip(self.ms[name], self.ms[reference])])
+
+    def fastest(self, names) -> str:
+        """The function with the smallest median over rounds of its block median relative to the
+        round's fastest block."""
+        names = list(names)
+        rel = {n: [] for n in names}
+        for r in range(len(self.ms[names[0]])):
+            meds = {n: median(self.ms[n][r]) for n in names}
+            best = min(meds.values())
+            for n in names:
+                rel[n].append(meds[n] / best)
+        return min(names, key=lambda n: (median(rel[n]), self.median(n)))
+
+
+def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int = BLOCK_CALLS,
+            pause: float = PAUSE_S, runtimes: dict[str, str] | None = None) -> Rounds:
+    """Time every function ``runs`` times (at least): rounds of one ``block``-call block per
+    function, the order reversed every other round. ``runtimes`` names each function's runtime
+    (functions of one runtime share its threads); ``pause`` seconds idle come before the first
+    block and before every block whose runtime is not the previous block's (by default every
+    function is its own runtime)."""
+    rounds = max(3, -(-runs // block))
+    per = max(1, -(-runs // rounds))
+    out: dict[str, list[list[float]]] = {k: [] for k in fns}
+    names = list(fns)
+    runtime = runtimes or {k: k for k in fns}
+    last = None
+    for r in range(rounds):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            if runtime[k] != last:
+                time.sleep(pause)
+            last = runtime[k]
+            out[k].append(time_calls(fns[k], per, warmup=1))
+    return Rounds(out)
 
 
 def median(ts: list[float]) -> float:

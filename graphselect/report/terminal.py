@@ -143,10 +143,11 @@ def summary_table(report: dict, *, width: int = 120) -> str:
     alts = [a for a in report.get("alternatives") or [] if _num(a.get("measured_ms"))]
     if len(alts) > 1:
         lines += ["", "assignments built and timed end to end (the fastest is kept):"]
-        lines += columns(["assignment", "predicted", "measured", ""],
+        lines += columns(["assignment", "predicted", "measured", "/ chosen", ""],
                          [[_s(a.get("label")), _ms(a.get("predicted_ms")), _ms(a.get("measured_ms")),
+                           f"{a['relative_to_chosen']:.3f}x" if _num(a.get("relative_to_chosen")) else MISSING,
                            "chosen" if a.get("chosen") else ""] for a in alts],
-                         width=width, right={1, 2}, shrink={0})
+                         width=width, right={1, 2, 3}, shrink={0})
     vg = report.get("versus_greedy") or {}
     if vg.get("changes"):
         lines += ["", _cut("versus warm-cache greedy: " + _s(vg.get("summary")), width * 3)]

@@ -330,19 +330,21 @@ def test_assignments_built_and_timed_and_cache_state():
     and which one was kept; the summary states the cache footprint and the warm share."""
     r = fake_report()
     r["alternatives"] = [
-        {"label": "cp-sat", "predicted_ms": 0.9075, "measured_ms": 1.0284, "max_rel_err": 4.5e-07, "chosen": False},
-        {"label": "cp-sat (67% warm)", "predicted_ms": 0.9633, "measured_ms": 0.9081, "max_rel_err": 3.1e-07,
-         "chosen": True},
-        {"label": "greedy", "predicted_ms": 0.9805, "measured_ms": 0.9979, "max_rel_err": 3.6e-07, "chosen": False}]
+        {"label": "cp-sat", "predicted_ms": 0.9075, "measured_ms": 1.0284, "relative_to_chosen": 1.1325,
+         "max_rel_err": 4.5e-07, "chosen": False},
+        {"label": "cp-sat (67% warm)", "predicted_ms": 0.9633, "measured_ms": 0.9081, "relative_to_chosen": 1.0,
+         "max_rel_err": 3.1e-07, "chosen": True},
+        {"label": "greedy", "predicted_ms": 0.9805, "measured_ms": 0.9979, "relative_to_chosen": 1.0989,
+         "max_rel_err": 3.6e-07, "chosen": False}]
     r["cache"] = {"budget_bytes": 25 * 2**20, "activation_bytes": 0, "footprint_bytes": 28 * 2**20,
                   "resident": False, "warm_share": 0.669, "partial_steps": [[28835840, 0.669]]}
     page = render_html(r)
     parsed = _parse(page)
     assert not parsed.errors
     kept = [row["text"] for row in _rows_of(parsed, "cp-sat (67% warm)")]
-    assert kept and kept[0][1:4] == ["0.963", "0.908", "+6.1%"] and kept[0][-1] == "chosen"
-    assert [row["text"][3] for row in _rows_of(parsed, "greedy") if len(row["text"]) == 6] == ["-1.7%"]
+    assert kept and kept[0][1:5] == ["0.963", "0.908", "1.000x", "+6.1%"] and kept[0][-1] == "chosen"
+    assert [row["text"][3:5] for row in _rows_of(parsed, "greedy") if len(row["text"]) == 7] == [["1.099x", "-1.7%"]]
     assert "footprint 28.0 MiB of a 25.0 MiB budget; does not fit: 67% of the warm-cold difference kept" in page
     out = summary_table(r, width=120)
-    assert re.search(r"cp-sat \(67% warm\)\s+0\.963 ms\s+0\.908 ms\s+chosen", out)
-    assert re.search(r"greedy\s+0\.981 ms\s+0\.998 ms", out)
+    assert re.search(r"cp-sat \(67% warm\)\s+0\.963 ms\s+0\.908 ms\s+1\.000x\s+chosen", out)
+    assert re.search(r"greedy\s+0\.981 ms\s+0\.998 ms\s+1\.099x", out)
