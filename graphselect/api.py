@@ -133,7 +133,9 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     verify : bool
         Compare the built network with onnxruntime (raises BuildError beyond 1e-4 relative error).
     benchmark_runs : int
-        Runs for the end-to-end time of graphselect and onnxruntime (0 to skip).
+        Runs for the end-to-end time of each built assignment and onnxruntime, in interleaved
+        rounds of short blocks (``measure.e2e.compare``); the assignment fastest round by round
+        is kept (0 to skip timing and keep the solver's).
     cache_budget : int, "auto" or None
         Bytes of cache the network's weights, workspaces and live activations may count on to
         run with warm-weight timings ("auto": from the CPU's cache sizes, see
