@@ -8,6 +8,7 @@
 
 Usage: python bench/e2e.py MODEL [MODEL...] [--runs 30] [--threads 2] [--default-runs 30]
                            [--image-size N] [--sparsity 0.7] [--skip-default]
+       python bench/e2e.py --summarize bench/results/e2e-*.json   (one table of earlier runs)
 
 Each peer runs short blocks of calls (warm-up first) in interleaved rounds (graphselect.measure.e2e).
 Times are medians over all calls; ratios (to onnxruntime, greedy / graphselect) are medians over
@@ -54,7 +55,9 @@ def uniform_choice(problem, lg, plan, block: int):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("models", nargs="+")
+    ap.add_argument("models", nargs="*")
+    ap.add_argument("--summarize", nargs="+", metavar="JSON", default=None,
+                    help="print one table (and the median prediction errors) of earlier result files")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--default-runs", type=int, default=30, help="runs for TVM's unscheduled default pipeline")
     ap.add_argument("--threads", type=int, default=2)
@@ -63,6 +66,11 @@ def main():
     ap.add_argument("--sparsity", type=float, default=None,
                     help="zoo models: magnitude-prune every conv to this sparsity first")
     a = ap.parse_args()
+    if a.summarize:
+        print(_table([_with_quiet(r) for f in a.summarize for r in json.loads(Path(f).read_text())]))
+        return
+    if not a.models:
+        ap.error("name at least one model (or --summarize result files)")
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
 
     import tvm
@@ -118,11 +126,14 @@ def main():
                                 "graphselect": kept["predicted_ms"]},
                "ms": t, "ratio_to_ort": ratio, "greedy_over_graphselect": ts.ratio("greedy", "graphselect"),
                "round_medians_ms": {k: [round(median(b), 4) for b in ts.ms[k]] for k in fns},
+               # the machine's normal state: the lower quartile of graphselect's round medians
+
                "max_rel_err": res.report["max_rel_err"],
                "optimize_alternatives": res.report.get("alternatives"),
                "kept": kept["label"],
                "footprint_mib": {"greedy": problem.footprint(ex["greedy"].choice) / 2**20,
                                  "graphselect": res.report["cache"]["footprint_bytes"] / 2**20}}
+        row = _with_quiet(row)
         rows.append(row)
         print(_line(row), flush=True)
 
@@ -146,9 +157,11 @@ def _line(r):
 
 def _table(rows):
     head = ("| model | " + " | ".join(f"{p} ms (x ORT)" for p in PEERS) +
-            " | greedy / graphselect | graphselect predicted ms (error) | footprint MiB greedy / graphselect"
+            " | greedy / graphselect | graphselect predicted ms (error; vs quiet rounds)"
+            " | footprint MiB greedy / graphselect"
             " | max rel err |")
     sep = "|" + "---|" * (len(PEERS) + 5)
+    err = _errors(rows)
     lines = [head, sep]
     for r in rows:
         cells = []
@@ -157,17 +170,44 @@ def _table(rows):
             cells.append("—" if v is None or not math.isfinite(v) else f"{v:.3f} ({r['ratio_to_ort'][p]:.3f})")
         gs = r["ms"].get("graphselect")
         fp = r.get("footprint_mib", {})
-        lines.append(f"| {r['model']} | " + " | ".join(cells) +
-                     f" | {r['greedy_over_graphselect']:.3f}x | {r['predicted_ms']['graphselect']:.3f} "
-                     f"({100 * (r['predicted_ms']['graphselect'] - gs) / gs:+.0f}%) | "
+        inp = r.get("input") or []
+        size = f" {inp[2]}x{inp[3]}" if len(inp) == 4 else ""
+        # older result files: the ratio of medians (rounds were not compared one by one then)
+        g_gs = r.get("greedy_over_graphselect") or r["ms"]["greedy"] / gs
+        lines.append(f"| {r['model']}{size} | " + " | ".join(cells) +
+                     f" | {g_gs:.3f}x | {r['predicted_ms']['graphselect']:.3f} "
+                     f"({100 * (r['predicted_ms']['graphselect'] - gs) / gs:+.0f}%; "
+                     f"{_signed(r, 'graphselect_quiet_ms')}) | "
                      f"{fp.get('greedy', float('nan')):.1f} / {fp.get('graphselect', float('nan')):.1f} | "
                      f"{r['max_rel_err']:.1e} |")
-    errs = sorted(abs(r["predicted_ms"]["graphselect"] - r["ms"]["graphselect"]) / r["ms"]["graphselect"]
-                  for r in rows)
-    if errs:
-        lines += ["", f"Median absolute prediction error over {len(errs)} model(s): "
-                      f"{100 * float(np.median(errs)):.1f}%"]
+    if err["median"]:
+        lines += ["", f"Median absolute prediction error over {len(rows)} model(s): "
+                      f"{100 * float(np.median(err['median'])):.1f}% against the median of all calls"
+                      + (f"; {100 * float(np.median(err['quiet'])):.1f}% against the quiet rounds (lower "
+                         f"quartile of the round medians, {len(err['quiet'])} model(s) with round data)"
+                         if err["quiet"] else "")]
     return "\n".join(lines) + "\n"
+
+
+def _with_quiet(r):
+    rm = (r.get("round_medians_ms") or {}).get("graphselect")
+    if rm and not r.get("graphselect_quiet_ms"):
+        r = dict(r, graphselect_quiet_ms=float(np.percentile(rm, 25)))
+    return r
+
+
+def _signed(r, key):
+    v = r.get(key)
+    return "—" if not v else f"{100 * (r['predicted_ms']['graphselect'] - v) / v:+.0f}%"
+
+
+def _errors(rows):
+    """Absolute relative prediction errors of graphselect's kept assignment, against the median of
+    all calls and against the quiet rounds (older result files lack the latter)."""
+    p = [r["predicted_ms"]["graphselect"] for r in rows]
+    return {"median": [abs(a - r["ms"]["graphselect"]) / r["ms"]["graphselect"] for a, r in zip(p, rows)],
+            "quiet": [abs(a - r["graphselect_quiet_ms"]) / r["graphselect_quiet_ms"]
+                      for a, r in zip(p, rows) if r.get("graphselect_quiet_ms")]}
 
 
 if __name__ == "__main__":
