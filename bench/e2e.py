@@ -112,7 +112,7 @@ def main():
                  "graphselect": res.build()}
         fns = {k: vm_runner(v, x) for k, v in peers.items()}
         fns["onnxruntime"] = ort_runner(sess, res.input_name, x)
-        ts = compare(fns, runs=a.runs, runtimes={k: "onnxruntime" if k == "onnxruntime" else "tvm" for k in fns})
+        ts = compare(fns, runs=a.runs)
         t = {k: ts.median(k) for k in fns}
         ratio = {k: ts.ratio(k, "onnxruntime") for k in fns}
         if not a.skip_default:
@@ -126,8 +126,6 @@ def main():
                                 "graphselect": kept["predicted_ms"]},
                "ms": t, "ratio_to_ort": ratio, "greedy_over_graphselect": ts.ratio("greedy", "graphselect"),
                "round_medians_ms": {k: [round(median(b), 4) for b in ts.ms[k]] for k in fns},
-               # the machine's normal state: the lower quartile of graphselect's round medians
-
                "max_rel_err": res.report["max_rel_err"],
                "optimize_alternatives": res.report.get("alternatives"),
                "kept": kept["label"],

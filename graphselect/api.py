@@ -297,8 +297,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         progress("benchmark", 0, 1, f"timing end to end ({benchmark_runs} runs each)")
         fns = {label: vm_runner(r.build(), x) for label, _, _, r in built}
         fns["onnxruntime"] = ort_runner(sess, prepared.input_name, x)
-        ts = compare(fns, runs=benchmark_runs, runtimes={k: "onnxruntime" if k == "onnxruntime" else "tvm"
-                                                          for k in fns})
+        ts = compare(fns, runs=benchmark_runs)
         measured = {k: ts.median(k) for k in fns}
         t0 = lap("benchmark", t0)
     # the fastest measured assignment wins (compared round by round, see measure.e2e); without

@@ -69,17 +69,17 @@ class Rounds:
 
 
 def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int = BLOCK_CALLS,
-            pause: float = PAUSE_S, runtimes: dict[str, str] | None = None) -> Rounds:
+            pause: float = PAUSE_S) -> Rounds:
     """Time every function ``runs`` times (at least): rounds of one ``block``-call block per
-    function, the order reversed every other round. ``runtimes`` names each function's runtime
-    (functions of one runtime share its threads); ``pause`` seconds idle come before the first
-    block and before every block whose runtime is not the previous block's (by default every
-    function is its own runtime)."""
+    function, the order reversed every other round. ``pause`` seconds idle come before the first
+    block and before every block whose runtime is not the previous block's: a function's
+    ``runtime`` attribute names it (``vm_runner``: "tvm", ``ort_runner``: "onnxruntime"; functions
+    of one runtime share its threads), and a function without one is its own runtime."""
     rounds = max(3, -(-runs // block))
     per = max(1, -(-runs // rounds))
     out: dict[str, list[list[float]]] = {k: [] for k in fns}
     names = list(fns)
-    runtime = runtimes or {k: k for k in fns}
+    runtime = {k: getattr(f, "runtime", k) for k, f in fns.items()}
     last = None
     for r in range(rounds):
         for k in (names if r % 2 == 0 else names[::-1]):
@@ -102,7 +102,7 @@ def vm_runner(executable, x: np.ndarray):
     vm = relax.VirtualMachine(executable, dev)
     xt = tvm.runtime.tensor(x, dev)
     f = vm["main"]
-    return lambda: f(xt)
+    return _tagged(lambda: f(xt), "tvm")
 
 
 def ort_session(model_bytes: bytes, threads: int):
@@ -116,4 +116,9 @@ def ort_session(model_bytes: bytes, threads: int):
 
 def ort_runner(sess, input_name: str, x: np.ndarray):
     feed = {input_name: x}
-    return lambda: sess.run(None, feed)
+    return _tagged(lambda: sess.run(None, feed), "onnxruntime")
+
+
+def _tagged(fn, runtime: str):
+    fn.runtime = runtime
+    return fn

@@ -34,7 +34,9 @@ def test_compare_pauses_only_when_the_runtime_changes(monkeypatch):
     events = []
     monkeypatch.setattr(e2e.time, "sleep", lambda s: events.append(("pause", s)))
     fns = {k: (lambda k=k: events.append(k)) for k in ("t1", "t2", "ort")}
-    compare(fns, runs=3, block=1, pause=0.7, runtimes={"t1": "tvm", "t2": "tvm", "ort": "ort"})
+    for k, runtime in (("t1", "tvm"), ("t2", "tvm"), ("ort", "ort")):
+        fns[k].runtime = runtime
+    compare(fns, runs=3, block=1, pause=0.7)
     blocks = [e for i, e in enumerate(events) if i == 0 or events[i - 1] != e]
     # rounds t1 t2 ort | ort t2 t1 | t1 t2 ort: a pause first, then only at tvm <-> ort switches
     assert blocks == [("pause", 0.7), "t1", "t2", ("pause", 0.7), "ort", ("pause", 0.7), "t2", "t1",
