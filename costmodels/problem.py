@@ -144,7 +144,11 @@ class Problem:
         """Total cost of one choice index per node (math.inf if infeasible): every node at its
         time under :meth:`warm_share` (warm when :meth:`resident`, cold beyond the last
         ``partial`` cap), plus the edge transforms."""
-        share = self.warm_share(choice)
+        return self.evaluate_at(choice, self.warm_share(choice))
+
+    def evaluate_at(self, choice: tuple[int, ...] | list[int], share: float) -> float:
+        """Total cost with every node at ``share`` of its warm-cold difference (a residency
+        level's objective, whatever the choice's own footprint), plus the edge transforms."""
         return sum(self.nodes[i].choices[k].blend(share) for i, k in enumerate(choice)) + self.transform_cost(choice)
 
     def transform_cost(self, choice: tuple[int, ...] | list[int]) -> float:
