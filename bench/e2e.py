@@ -34,22 +34,21 @@ sys.path.insert(0, str(HERE.parent))
 
 def uniform_choice(problem, lg, plan, block: int):
     """Choice indices with every conv in NCHW{block}c (best register tile per layer)."""
-    from graphselect.candidates import Candidate
     want = f"NCHW{block}c"
     choice = []
     for i, (name, layer) in enumerate(lg.layers.items()):
         node = problem.nodes[i]
-        if name not in plan.options:
+        if name not in plan.impls:
             choice.append(0)
             continue
-        opts = plan.options[name]
+        opts = plan.table(name).options
         if layer.kind == "conv":
-            ok = [k for k, o in enumerate(opts) if isinstance(o[3], Candidate) and o[3].family == "nchwc"
-                  and o[3].out_layout == want and (o[3].in_layout == want or layer.conv.in_channels % block)]
+            ok = [k for k, o in enumerate(opts) if o.family == "nchwc" and o.out_layout == want
+                  and (o.in_layouts[0] == want or layer.conv.in_channels % block)]
             ok = ok or list(range(len(opts)))
             choice.append(min(ok, key=lambda k: node.choices[k].cost))
         else:
-            choice.append(next((k for k, o in enumerate(opts) if o[0] == want), 0))
+            choice.append(next((k for k, o in enumerate(opts) if o.name == want), 0))
     return tuple(choice)
 
 
@@ -81,7 +80,7 @@ def main():
     from graphselect.measure import plan as plan_mod
     from graphselect.measure.e2e import compare, median, ort_runner, ort_session, time_calls, vm_runner
     from graphselect.rewrite.apply import apply
-    from graphselect.rewrite.build import build
+    from graphselect.codegen.lower import build
 
     rows = []
     for name in a.models:

@@ -23,8 +23,8 @@ sys.path.insert(0, str(HERE.parent))
 
 
 def best(meas, workload, plan_opts, family, attr):
-    vals = [(getattr(meas[(wl, key)], attr), key) for _, wl, key, c in plan_opts
-            if c.family == family and (wl, key) in meas and meas[(wl, key)].ok]
+    vals = [(getattr(meas[o.kernel], attr), o.name) for o in plan_opts
+            if o.family == family and o.kernel in meas and meas[o.kernel].ok]
     return min(vals) if vals else (math.inf, None)
 
 
@@ -47,7 +47,7 @@ def main():
             if s.kernel != (3, 3) or s.stride != (1, 1) or s.key in seen:
                 continue
             seen.add(s.key)
-            opts = plan.options[layer.name]
+            opts = plan.table(layer.name).options
             row = {"model": name, "layer": s.describe(), "epilogue": s.epilogue, "gflop": s.flops / 1e9}
             for mode in ("warm_ms", "cold_ms"):
                 n, nk = best(meas, s.key, opts, "nchwc", mode)

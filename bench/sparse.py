@@ -21,21 +21,23 @@ DENSE = ("direct", "nchwc", "winograd")
 
 
 def layer_rows(res):
-    lg, plan, problem, sol = (res.extra[k] for k in ("lg", "plan", "problem", "solution"))
+    # isolated timings (the dense/sparse comparison is per layer, alone)
+    lg, plan, problem, sol = (res.extra[k] for k in ("lg", "plan", "isolated", "solution"))
     rows = []
     for i, (name, layer) in enumerate(lg.layers.items()):
         if layer.kind != "conv":
             continue
-        opts, node = plan.options[name], problem.nodes[i]
+        opts, node = plan.table(name).options, problem.nodes[i]
         best = {}
-        for k, (_, _, key, cand) in enumerate(opts):
-            group = "sparse" if cand.family == "sparse_csr" else "dense"
+        for k, opt in enumerate(opts):
+            key = opt.name
+            group = "sparse" if opt.family == "sparse_csr" else "dense"
             if node.choices[k].cost < best.get(group, (math.inf, None))[0]:
                 best[group] = (node.choices[k].cost, key)
         rows.append({"layer": name, "shape": layer.conv.describe(), "sparsity": layer.sparsity,
                      "dense_ms": best.get("dense", (math.inf, None))[0], "dense": best.get("dense", (0, None))[1],
                      "sparse_ms": best.get("sparse", (math.inf, None))[0], "sparse": best.get("sparse", (0, None))[1],
-                     "chosen": opts[sol.choice[i]][2], "chosen_ms": node.choices[sol.choice[i]].cost})
+                     "chosen": opts[sol.choice[i]].name, "chosen_ms": node.choices[sol.choice[i]].cost})
     return rows
 
 

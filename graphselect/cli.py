@@ -98,6 +98,68 @@ def cmd_optimize(a) -> int:
     return 0
 
 
+def _store_path(a) -> Path:
+    from .measure.store import default_path
+    return Path(a.cache) if a.cache else default_path()
+
+
+def _this_machine(threads):
+    """The record context optimize would use here with these threads."""
+    import tvm
+    from .measure.store import Context
+    from .target import cpu_model, parse_target, runtime_tag
+    spec = parse_target("llvm", threads=threads)
+    return Context(target=spec.key, cpu=cpu_model(), threads=spec.threads, tvm=runtime_tag(tvm.__version__))
+
+
+def cmd_records(a) -> int:
+    from .measure.store import RecordStore
+    path = _store_path(a)
+    if a.records_cmd != "retime" and not path.exists():
+        raise GraphSelectError(f"no record store at {path}; run `graphselect optimize` first or pass --cache")
+    if a.records_cmd == "retime":
+        return _retime(a, path)
+    store = RecordStore(path)
+    try:
+        ctx = None if a.all else _this_machine(a.threads)
+        if a.records_cmd == "list":
+            rows = store.records(ctx, match=a.match, flagged=a.flagged)
+            for r in rows[: a.limit or None]:
+                cold = "-" if r["cold_ms"] is None else f"{r['cold_ms']:.4f}"
+                warm = "-" if r["warm_ms"] is None else f"{r['warm_ms']:.4f}"
+                note = r["error"] or r["flag"] or ""
+                print(f"{r['workload'][:64]:64s}  {r['candidate'][:44]:44s}  {cold:>9s} {warm:>9s}  {note[:60]}")
+            nets, _ = store.networks(ctx) if ctx is not None else ([], [])
+            print(f"{len(rows)} record(s)" + (f", {len(nets)} built network(s) for the calibration" if ctx else "")
+                  + f" in {path}", file=sys.stderr)
+            return 0
+        if a.records_cmd == "drop":
+            if not (a.match or a.flagged or a.calibration or a.everything):
+                raise GraphSelectError("say what to drop: --match TEXT, --flagged, --calibration or --everything")
+            n = store.delete(ctx, match=a.match, flagged=a.flagged) if (a.match or a.flagged or a.everything) else 0
+            k = store.forget_networks(ctx) if (a.calibration or a.everything) else 0
+            print(f"dropped {n} record(s) and {k} built network(s) from {path}")
+            return 0
+    finally:
+        store.close()
+    return 2
+
+
+def _retime(a, path) -> int:
+    from . import pipeline
+    model, _ = _resolve_model(a.model)
+    s = pipeline.settings(threads=a.threads, cache=path, progress=_Progress())
+    with pipeline.open_store(s) as store:
+        rows = pipeline.retime(model, s, store, match=a.match, flagged_only=a.flagged,
+                               input_shape=_parse_shape(a.input_shape))
+    fmt = lambda m: "-" if m is None or not m.ok else f"{m.cold_ms:.4f}/{m.warm_ms:.4f}"  # noqa: E731
+    for wl, cand, old, new in rows:
+        print(f"{wl[:64]:64s}  {cand[:44]:44s}  {fmt(old):>17s} -> {fmt(new):>17s}"
+              + (f"  {new.flag}" if new is not None and new.flag else ""))
+    print(f"re-timed {len(rows)} record(s) (cold/warm ms, before -> after)", file=sys.stderr)
+    return 0
+
+
 def cmd_zoo(a) -> int:
     import models
     if a.zoo_cmd == "list":
@@ -139,6 +201,29 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--runs", type=int, default=30, help="end-to-end timing runs (0 to skip)")
     o.add_argument("--no-verify", action="store_true", help="skip the comparison with onnxruntime")
     o.set_defaults(func=cmd_optimize)
+    r = sub.add_parser("records", help="list, re-time or drop measurement records")
+    rs = r.add_subparsers(dest="records_cmd", required=True)
+    for name, text in (("list", "list records (of this machine unless --all)"),
+                       ("drop", "drop records or calibration data"),
+                       ("retime", "re-time the records a model uses, now")):
+        p = rs.add_parser(name, help=text)
+        p.add_argument("--cache", help="record store path (default: the user's cache folder)")
+        p.add_argument("--match", help="only records whose workload or candidate contains this text")
+        p.add_argument("--flagged", action="store_true",
+                       help="only records flagged when taken (timed under load, warm above cold)")
+        p.add_argument("--threads", type=int, default=None, help="the thread count the records are filed under")
+        if name != "retime":
+            p.add_argument("--all", action="store_true", help="every machine, thread count and TVM, not only this")
+        if name == "list":
+            p.add_argument("--limit", type=int, default=0, help="print at most this many (newest first)")
+        if name == "drop":
+            p.add_argument("--calibration", action="store_true",
+                           help="drop the built-network observations the calibration is fitted on")
+            p.add_argument("--everything", action="store_true", help="drop every record and observation")
+        if name == "retime":
+            p.add_argument("model", help="an .onnx file or a zoo model name")
+            p.add_argument("--input-shape", help="fix a dynamic input shape: NAME:1,3,224,224")
+    r.set_defaults(func=cmd_records)
     z = sub.add_parser("zoo", help="built-in models")
     zs = z.add_subparsers(dest="zoo_cmd", required=True)
     zs.add_parser("list", help="list the models")

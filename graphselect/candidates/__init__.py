@@ -1,8 +1,11 @@
 """Candidate families. Each is a module with ``propose``, ``build`` and ``pack`` (see base.py)."""
 from __future__ import annotations
 
+from functools import lru_cache
+
+from ..codehash import source_hash
 from ..graph.layers import ConvSpec
-from . import depthwise, direct, nchwc, sparse_csr, winograd
+from . import base, depthwise, direct, nchwc, sparse_csr, winograd
 from .base import Candidate
 
 FAMILIES = {m.FAMILY: m for m in (direct, nchwc, depthwise, winograd, sparse_csr)}
@@ -26,4 +29,10 @@ def family(cand: Candidate):
     return FAMILIES[cand.family]
 
 
-__all__ = ["Candidate", "FAMILIES", "propose", "family"]
+@lru_cache(maxsize=None)
+def code_version(name: str) -> str:
+    """The version of the code that generates a family's kernels (part of the record key)."""
+    return source_hash(FAMILIES[name], base)
+
+
+__all__ = ["Candidate", "FAMILIES", "propose", "family", "code_version"]

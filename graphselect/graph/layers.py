@@ -23,9 +23,6 @@ from . import layouts
 
 # Activations a conv can absorb after its clamp: x*sigmoid(x), x*clip(x+3, 0, 6)/6, sigmoid(x).
 ACTIVATIONS = ("silu", "hardswish", "sigmoid")
-# Part of the record key of convs with an activation: bump it when the activation's code changes
-# (v2: vectorizable exp), so records of the old kernels are not reused.
-ACTIVATION_CODE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -101,8 +98,7 @@ class ConvSpec:
         """Workload key for the record store: every field that changes the kernel."""
         return (f"conv2d n{self.batch} c{self.in_channels} h{self.height} w{self.width} "
                 f"o{self.out_channels} k{self.kernel[0]}x{self.kernel[1]} s{self.stride[0]}x{self.stride[1]} "
-                f"p{','.join(map(str, self.padding))} g{self.groups} epi={self.epilogue}"
-                + (f" act-v{ACTIVATION_CODE_VERSION}" if self.act else ""))
+                f"p{','.join(map(str, self.padding))} g{self.groups} epi={self.epilogue}")
 
     def describe(self) -> str:
         g = "" if self.groups == 1 else (" dw" if self.depthwise else f" g{self.groups}")

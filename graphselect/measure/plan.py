@@ -1,4 +1,5 @@
-"""What to measure for a LayerGraph, and the Problem the measurements make.
+"""What to measure for a LayerGraph, and the tables of options costmodels prices
+(``costmodels.table.build_problem``).
 
 Conv layers get one job per candidate, layout-agnostic ops one per layout, fixed ops one (so the
 predicted end-to-end time covers the whole network), and every edge whose two ends may disagree
@@ -6,32 +7,48 @@ one job per (from, to) layout pair: the ``layout_transform`` the rewrite would i
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.problem import Choice, Edge, Node, Problem
+from costmodels.table import EdgeTable, LayerTable, Option, option_keys
 
 from .. import candidates as cand_mod
+from .. import codegen
 from ..graph import layouts
 from ..graph.layers import Layer, LayerGraph, _is_const, _shape
 from .local import Check, Job
-from .store import Measurement
 
 
 @dataclass(frozen=True)
 class Plan:
+    """What to measure for a LayerGraph, and what each option of each layer is.
+
+    ``layers``/``edges`` are costmodels' view (options with the records they cost, layout
+    transforms per edge); ``impls[layer][k]`` is what option ``k`` runs (a Candidate, or the
+    layout a non-conv layer runs in), for the rewrite."""
     jobs: tuple[Job, ...]
-    options: dict            # layer name -> list of (choice name, workload, candidate key, Candidate|layout)
-    transforms: dict         # (src, dst, port) -> {(a, b): (workload, candidate key)}
+    layers: tuple[LayerTable, ...]            # one per LayerGraph layer, in its order
+    edges: tuple[EdgeTable, ...]
+    impls: dict                               # layer name -> tuple of Candidate | layout, per option
+    activation_bytes: int = 0
+
+    def table(self, name: str) -> LayerTable:
+        return self.layers[self.index[name]]
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {lt.name: i for i, lt in enumerate(self.layers)}
+
+    def keys(self) -> set[tuple[str, str]]:
+        return option_keys(self.layers, self.edges)
 
 
 def _lower_snippet(build_body, target, base_module, params):
     """Relax function (params -> body) lowered exactly as the full build lowers; its PrimFuncs."""
     import tvm
     from tvm import relax as rx, tirx
-    from ..rewrite.build import lower
+    from ..codegen.lower import lower
     base = tvm.IRModule({gv: f for gv, f in base_module.functions_items() if isinstance(f, tirx.PrimFunc)}) \
         if base_module is not None else tvm.IRModule({})
     bb = rx.BlockBuilder(base)
@@ -70,71 +87,89 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
         if l.binding >= 0:
             var_of[l.name] = bindings[l.binding].var
     module = lg.extra.get("module")
+    ops_version = codegen.code_version()
 
     jobs: list[Job] = []
-    options: dict = {}
+    tables: list[LayerTable] = []
+    impls: dict = {}
     refs: dict = {}
     for layer in lg.layers.values():
+        if layer.kind == "input":
+            tables.append(LayerTable(layer.name, layer.kind, (Option("input", (), layouts.NCHW),)))
+            continue
+        if layer.kind == "output":
+            tables.append(LayerTable(layer.name, layer.kind, (Option("output", (layouts.NCHW,), None),)))
+            continue
+        opts, objs = [], []
         if layer.kind == "conv":
-            opts = []
             spec = layer.conv
             for c in cand_mod.propose(spec, families, layer.weight):
                 fam = cand_mod.family(c)
                 jobs.append(Job(spec.key, c.key,
                                 (lambda fam=fam, c=c, s=spec: [fam.build(c, s, target, "main")]),
-                                check=(lambda c=c, layer=layer: _conv_check(c, layer, refs))))
-                opts.append((c.key, spec.key, c.key, c))
-                if not c.fuses(spec):
-                    jobs.append(_epilogue_job(layer, c.out_layout, target))
+                                check=(lambda c=c, layer=layer: _conv_check(c, layer, refs)),
+                                version=cand_mod.code_version(c.family)))
+                extra = ()
+                if not c.fuses(spec):                  # the epilogue runs as its own kernel
+                    ep = _epilogue_job(layer, c.out_layout, target, ops_version)
+                    jobs.append(ep)
+                    extra = ((ep.workload, ep.candidate),)
+                ins = (c.in_layout,) + ((c.out_layout,) if spec.residual else ())
+                opts.append(Option(c.key, ins, c.out_layout, (spec.key, c.key), extra, c.family,
+                                   c.weight_bytes, c.workspace_bytes))
+                objs.append(c)
             if not opts:
                 from ..errors import GraphSelectError
                 raise GraphSelectError(
                     f"conv layer {layer.name} ({spec.describe()}{', ' + layer.onnx_name if layer.onnx_name else ''}) "
                     f"has no candidate in the families {', '.join(families or cand_mod.FAMILIES)}; "
                     f"include 'direct' (it applies to every conv)")
-            options[layer.name] = opts
-        elif layer.kind in ("agnostic", "fixed"):
+        else:
             expr = bindings[layer.binding].value
             in_shapes = [lg.layers[s].out_shape for s in layer.inputs]
             wl = _op_workload(layer, expr, in_shapes)
-            opts = []
+            nports = len(layer.inputs)
+            wbytes = const_bytes(lg, layer)
             for lay in layer.layouts:
                 def body(bb, params=None, layer=layer, expr=expr, lay=lay):
-                    from ..rewrite.emit import emit_agnostic
+                    from ..codegen.emit import emit_agnostic
                     env = dict(zip([var_of[s] for s in layer.inputs], params))
                     return emit_agnostic(bb, layer, expr, lay, env)
-                if not isinstance(expr, rx.Call) or any(s is None for s in in_shapes):
-                    opts.append((lay, wl, f"layout={lay}", lay))     # no kernel: tuple plumbing
-                    continue
-
-                def build(layer=layer, lay=lay, body=body, in_shapes=in_shapes):
-                    ps = [rx.Var(f"in{i}", rx.TensorType(layouts.shape_in(s, lay) if len(s) == 4 else s, "float32"))
-                          for i, s in enumerate(in_shapes)]
-                    return _lower_snippet(lambda bb: body(bb, ps), target, module, ps)
-                jobs.append(Job(wl, f"layout={lay}", build))
-                opts.append((lay, wl, f"layout={lay}", lay))
-            options[layer.name] = opts
+                kernel = None
+                if isinstance(expr, rx.Call) and all(s is not None for s in in_shapes):
+                    def build(layer=layer, lay=lay, body=body, in_shapes=in_shapes):
+                        ps = [rx.Var(f"in{i}", rx.TensorType(layouts.shape_in(s, lay) if len(s) == 4 else s, "float32"))
+                              for i, s in enumerate(in_shapes)]
+                        return _lower_snippet(lambda bb: body(bb, ps), target, module, ps)
+                    jobs.append(Job(wl, f"layout={lay}", build, version=ops_version))
+                    kernel = (wl, f"layout={lay}")
+                # else no kernel: tuple plumbing
+                opts.append(Option(lay, (lay,) * nports, lay, kernel, weight_bytes=wbytes))
+                objs.append(lay)
+        tables.append(LayerTable(layer.name, layer.kind, tuple(opts)))
+        impls[layer.name] = tuple(objs)
+    index = {lt.name: i for i, lt in enumerate(tables)}
     # layout transforms on edges
-    transforms: dict = {}
+    edges = []
     for src, dst, port in lg.edges():
         shape = lg.layers[src].out_shape
-        outs = {_out_layout(o) for o in options.get(src, [])} or {layouts.NCHW}
-        ins = {_in_layout(o, port, lg.layers[dst]) for o in options.get(dst, [])} or {layouts.NCHW}
+        outs = {o.out_layout for o in tables[index[src]].options} or {layouts.NCHW}
+        ins = {o.in_layouts[port] for o in tables[index[dst]].options} or {layouts.NCHW}
         pairs = {}
-        for a in outs:
-            for b in ins:
+        for a in sorted(outs):
+            for b in sorted(ins):
                 if a != b and shape is not None and len(shape) == 4:
                     wl = f"layout_transform {tuple(shape)}"
                     key = f"{a}->{b}"
 
                     def build(a=a, b=b, shape=shape):
-                        from ..rewrite.emit import transform
+                        from ..codegen.emit import transform
                         p = rx.Var("x", rx.TensorType(layouts.shape_in(shape, a), "float32"))
                         return _lower_snippet(lambda bb: transform(bb, p, a, b), target, None, [p])
-                    jobs.append(Job(wl, key, build))
+                    jobs.append(Job(wl, key, build, version=ops_version))
                     pairs[(a, b)] = (wl, key)
-        transforms[(src, dst, port)] = pairs
-    return Plan(tuple(jobs), options, transforms)
+        edges.append(EdgeTable(index[src], index[dst], port, pairs))
+    return Plan(tuple(jobs), tuple(tables), tuple(edges), impls, activation_bytes(lg))
 
 
 def _conv_check(cand, layer: Layer, refs: dict) -> Check:
@@ -162,76 +197,19 @@ def _epilogue_workload(spec, layout: str) -> tuple[str, str]:
     return f"epilogue {spec.key}", f"layout={layout}"
 
 
-def _epilogue_job(layer: Layer, layout: str, target) -> Job:
+def _epilogue_job(layer: Layer, layout: str, target, version: str) -> Job:
     """The epilogue a candidate cannot fuse, as the separate ops the rewrite emits."""
     from tvm import relax as rx
     spec = layer.conv
 
     def build():
-        from ..rewrite.emit import emit_epilogue
+        from ..codegen.emit import emit_epilogue
         ty = rx.TensorType(layouts.shape_in(spec.out_shape, layout), "float32")
         y = rx.Var("y", ty)
         ps = [y] + ([rx.Var("res", ty)] if spec.residual else [])
         return _lower_snippet(lambda bb: emit_epilogue(bb, y, spec, layer.bias, ps[1] if spec.residual else None,
                                                        layout), target, None, ps)
-    return Job(*_epilogue_workload(spec, layout), build)
-
-
-def _out_layout(opt) -> str:
-    obj = opt[3]
-    return obj.out_layout if isinstance(obj, cand_mod.Candidate) else obj
-
-
-def _in_layout(opt, port: int, layer: Layer) -> str:
-    obj = opt[3]
-    if isinstance(obj, cand_mod.Candidate):
-        return obj.in_layout if port == 0 else obj.out_layout      # port 1: the residual
-    return obj
-
-
-def make_problem(lg: LayerGraph, plan: Plan, meas: dict[tuple[str, str], Measurement],
-                 cache_bytes: int | None = None, partial: tuple[tuple[int, float], ...] = ()) -> Problem:
-    """Node costs are the cold-weight timings (their sum predicted ResNet-18 end to end within 1%
-    on this machine, where the warm sum missed by 14%: 46 MB of weights do not stay in a 32 MB
-    L3) and the warm ones; with ``cache_bytes`` the solver decides which apply: warm when the
-    chosen weights and workspaces plus the live activations fit the budget, and a share of the
-    difference in each ``partial`` step beyond it (``costmodels.hardware.residency``)."""
-    index = {name: i for i, name in enumerate(lg.layers)}
-    nodes = []
-    for name, layer in lg.layers.items():
-        if layer.kind == "input":
-            nodes.append(Node(name, (Choice("input", 0.0, (), layouts.NCHW),)))
-            continue
-        if layer.kind == "output":
-            nodes.append(Node(name, (Choice("output", 0.0, (layouts.NCHW,), None),)))
-            continue
-        choices = []
-        nports = len(layer.inputs)
-        for cname, wl, ckey, obj in plan.options[name]:
-            m = meas.get((wl, ckey))
-            cold = m.cold_ms if m is not None else 0.0
-            warm = m.warm_ms if m is not None else 0.0
-            if isinstance(obj, cand_mod.Candidate):
-                ins = (obj.in_layout,) + ((obj.out_layout,) if layer.conv.residual else ())
-                if not obj.fuses(layer.conv):      # the epilogue runs as its own kernel
-                    e = meas.get(_epilogue_workload(layer.conv, obj.out_layout))
-                    cold += e.cold_ms if e is not None else math.inf
-                    warm += e.warm_ms if e is not None else math.inf
-                choices.append(Choice(cname, cold, ins, obj.out_layout, warm_cost=warm,
-                                      weight_bytes=obj.weight_bytes, workspace_bytes=obj.workspace_bytes))
-            else:
-                choices.append(Choice(cname, cold, (obj,) * nports, obj, warm_cost=warm,
-                                      weight_bytes=const_bytes(lg, layer)))
-        nodes.append(Node(name, tuple(choices)))
-    edges = []
-    for (src, dst, port), pairs in plan.transforms.items():
-        tr = {}
-        for ab, key in pairs.items():
-            m = meas.get(key)
-            tr[ab] = m.cold_ms if m is not None and m.ok else math.inf
-        edges.append(Edge(index[src], index[dst], port, tr))
-    return Problem(tuple(nodes), tuple(edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes(lg),
-                   partial=tuple(partial) if cache_bytes is not None else ())
+    return Job(*_epilogue_workload(spec, layout), build, version=version)
 
 
 def const_bytes(lg: LayerGraph, layer: Layer) -> int:
@@ -265,7 +243,7 @@ def activation_bytes(lg: LayerGraph) -> int:
 def selection_from(lg: LayerGraph, plan: Plan, choice: tuple[int, ...]) -> dict:
     """Assignment indices -> the selection ``rewrite.apply`` takes."""
     sel = {}
-    for i, (name, layer) in enumerate(lg.layers.items()):
-        if name in plan.options:
-            sel[name] = plan.options[name][choice[i]][3]
+    for i, name in enumerate(lg.layers):
+        if name in plan.impls:
+            sel[name] = plan.impls[name][choice[i]]
     return sel

@@ -1,9 +1,15 @@
 """Measurement records in an embedded SQLite database, reused across runs.
 
 Every key field changes a timing (TensorRT's timing cache keeps the same): workload, candidate,
-target, CPU model, thread count and TVM version. One row per measurement, committed as soon as
-it is taken, so an interrupted run keeps what it measured; WAL mode lets a reader and a writer
-coexist. The schema version is part of the table name.
+the version of the code that generates the kernel (``graphselect.codehash``), target, CPU model,
+thread count and TVM version. One row per measurement, committed as soon as it is taken, so an
+interrupted run keeps what it measured; WAL mode lets a reader and a writer coexist. The schema
+version is part of the table names.
+
+Beside the isolated records the store keeps what built networks showed (``networks_v1``: one
+row per built network; ``innet_v1``: its conv kernels' in-network times), from which
+``costmodels.calibration.fit`` calibrates this machine; they are keyed by the same context, so
+another CPU, thread count or TVM version starts uncalibrated.
 """
 from __future__ import annotations
 
@@ -13,7 +19,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TABLE = "records_v2"
+from costmodels.calibration import KernelObservation, NetworkObservation
+
+TABLE = "records_v3"
+NETWORKS = "networks_v2"
+INNET = "innet_v1"
+KEEP_NETWORKS = 60          # per context: the newest built networks the calibration reads
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,9 @@ class Measurement:
     error: str | None = None
     build_s: float = 0.0
     rel_err: float | None = None   # max |out - reference| / max |reference| on the layer's weights
+    version: str = ""       # the code version that generated the kernel
+    load: float = 1.0       # reference kernel's time while this was timed / its quiet time
+    flag: str | None = None  # why the timing is not trusted (re-timed on the next run), or None
 
     @property
     def ok(self) -> bool:
@@ -47,6 +61,14 @@ def default_path() -> Path:
     return Path(base) / "graphselect" / "records.sqlite"
 
 
+def _finite(v):
+    return None if v is None or v == float("inf") else v      # SQLite has no infinity
+
+
+def _inf(v):
+    return float("inf") if v is None else float(v)
+
+
 class RecordStore:
     """``RecordStore(path)``; ``path=None`` keeps records in memory only."""
 
@@ -57,33 +79,141 @@ class RecordStore:
         self._db = sqlite3.connect(":memory:" if self.path is None else str(self.path), timeout=30)
         if self.path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
+        ctx_cols = "target TEXT, cpu TEXT, threads INTEGER, tvm TEXT"
         self._db.execute(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (workload TEXT, candidate TEXT, target TEXT, cpu TEXT, "
-            "threads INTEGER, tvm TEXT, cold_ms REAL, warm_ms REAL, error TEXT, build_s REAL, rel_err REAL, created REAL, "
-            "PRIMARY KEY (workload, candidate, target, cpu, threads, tvm))")
+            f"CREATE TABLE IF NOT EXISTS {TABLE} (workload TEXT, candidate TEXT, version TEXT, {ctx_cols}, "
+            "cold_ms REAL, warm_ms REAL, error TEXT, build_s REAL, rel_err REAL, load REAL, flag TEXT, created REAL, "
+            "PRIMARY KEY (workload, candidate, version, target, cpu, threads, tvm))")
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {NETWORKS} (network TEXT PRIMARY KEY, model TEXT, {ctx_cols}, "
+            "footprint INTEGER, e2e_ms REAL, kernel_calls INTEGER, conv_innet_ms REAL, other_innet_ms REAL, "
+            "other_cold_ms REAL, other_warm_ms REAL, content TEXT, choice TEXT, created REAL)")
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {INNET} (network TEXT, workload TEXT, candidate TEXT, family TEXT, "
+            "cold_ms REAL, warm_ms REAL, innet_ms REAL)")
+        self._db.execute(f"CREATE INDEX IF NOT EXISTS {INNET}_net ON {INNET} (network)")
         self._db.commit()
 
-    def get(self, ctx: Context, workload: str, candidate: str) -> Measurement | None:
+    # isolated kernel records ------------------------------------------------------------------
+
+    def get(self, ctx: Context, workload: str, candidate: str, version: str = "") -> Measurement | None:
         row = self._db.execute(
-            f"SELECT cold_ms, warm_ms, error, build_s, rel_err FROM {TABLE} WHERE workload=? AND candidate=? AND target=? "
-            "AND cpu=? AND threads=? AND tvm=?",
-            (workload, candidate, ctx.target, ctx.cpu, ctx.threads, ctx.tvm)).fetchone()
+            f"SELECT cold_ms, warm_ms, error, build_s, rel_err, load, flag FROM {TABLE} WHERE workload=? AND "
+            "candidate=? AND version=? AND target=? AND cpu=? AND threads=? AND tvm=?",
+            (workload, candidate, version, ctx.target, ctx.cpu, ctx.threads, ctx.tvm)).fetchone()
         if row is None:
             return None
-        cold, warm, err, bs, rel = row
-        return Measurement(workload, candidate, float("inf") if cold is None else cold,
-                           float("inf") if warm is None else warm, err, bs or 0.0, rel)
+        cold, warm, err, bs, rel, load, flag = row
+        return Measurement(workload, candidate, _inf(cold), _inf(warm), err, bs or 0.0, rel, version,
+                           1.0 if load is None else load, flag)
 
     def put(self, ctx: Context, m: Measurement) -> None:
-        finite = lambda v: None if v == float("inf") else v  # noqa: E731 - SQLite has no infinity
         self._db.execute(
-            f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (m.workload, m.candidate, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, finite(m.cold_ms),
-             finite(m.warm_ms), m.error, m.build_s, m.rel_err, time.time()))
+            f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (m.workload, m.candidate, m.version, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, _finite(m.cold_ms),
+             _finite(m.warm_ms), m.error, m.build_s, m.rel_err, m.load, m.flag, time.time()))
         self._db.commit()
+
+    def records(self, ctx: Context | None = None, *, match: str | None = None, flagged: bool = False) -> list[dict]:
+        """Rows as dicts (newest first), of one context or all, optionally only those whose
+        workload or candidate contains ``match``, or only flagged ones."""
+        q = f"SELECT workload, candidate, version, target, cpu, threads, tvm, cold_ms, warm_ms, error, load, flag, " \
+            f"created FROM {TABLE}"
+        cond, args = self._where(ctx, match)
+        if flagged:
+            cond.append("flag IS NOT NULL")
+        if cond:
+            q += " WHERE " + " AND ".join(cond)
+        cols = ("workload", "candidate", "version", "target", "cpu", "threads", "tvm", "cold_ms", "warm_ms", "error",
+                "load", "flag", "created")
+        return [dict(zip(cols, r)) for r in self._db.execute(q + " ORDER BY created DESC", args)]
+
+    def delete(self, ctx: Context | None = None, *, match: str | None = None, flagged: bool = False,
+               key: tuple[str, str, str] | None = None) -> int:
+        """Drop records (as :meth:`records` selects them, or the one (workload, candidate,
+        version) ``key``); returns how many."""
+        cond, args = self._where(ctx, match)
+        if flagged:
+            cond.append("flag IS NOT NULL")
+        if key is not None:
+            cond.append("workload=? AND candidate=? AND version=?")
+            args += list(key)
+        q = f"DELETE FROM {TABLE}" + (" WHERE " + " AND ".join(cond) if cond else "")
+        n = self._db.execute(q, args).rowcount
+        self._db.commit()
+        return n
+
+    @staticmethod
+    def _where(ctx, match):
+        cond, args = [], []
+        if ctx is not None:
+            cond.append("target=? AND cpu=? AND threads=? AND tvm=?")
+            args += [ctx.target, ctx.cpu, ctx.threads, ctx.tvm]
+        if match:
+            cond.append("(instr(workload, ?) > 0 OR instr(candidate, ?) > 0)")
+            args += [match, match]
+        return cond, args
 
     def __len__(self) -> int:
         return self._db.execute(f"SELECT COUNT(*) FROM {TABLE}").fetchone()[0]
+
+    # what built networks showed -----------------------------------------------------------------
+
+    def put_network(self, ctx: Context, net: NetworkObservation, kernels: list[KernelObservation], *,
+                    content: str = "", choice: tuple[int, ...] = ()) -> None:
+        """One built network and its conv kernels' in-network times (one transaction);
+        ``content``/``choice``: which model (weights included) and which assignment it was."""
+        with self._db:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (net.network, net.model, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, net.footprint_bytes, net.e2e_ms,
+                 net.kernel_calls, net.conv_innet_ms, net.other_innet_ms, net.other_cold_ms, net.other_warm_ms,
+                 content, ",".join(map(str, choice)), time.time()))
+            self._db.execute(f"DELETE FROM {INNET} WHERE network=?", (net.network,))
+            self._db.executemany(
+                f"INSERT INTO {INNET} VALUES (?,?,?,?,?,?,?)",
+                [(k.network, k.key[0], k.key[1], k.family, _finite(k.cold_ms), _finite(k.warm_ms), k.innet_ms)
+                 for k in kernels])
+
+    def networks(self, ctx: Context, limit: int = KEEP_NETWORKS) -> tuple[list[NetworkObservation], list[KernelObservation]]:
+        """The newest ``limit`` built networks of this context and their kernels."""
+        rows = self._db.execute(
+            f"SELECT network, model, footprint, e2e_ms, kernel_calls, conv_innet_ms, other_innet_ms, other_cold_ms, "
+            f"other_warm_ms FROM {NETWORKS} WHERE target=? AND cpu=? AND threads=? AND tvm=? "
+            "ORDER BY created DESC LIMIT ?", (ctx.target, ctx.cpu, ctx.threads, ctx.tvm, limit)).fetchall()
+        nets = [NetworkObservation(*r) for r in rows]
+        kernels = []
+        for n in nets:
+            for wl, cand, fam, cold, warm, t in self._db.execute(
+                    f"SELECT workload, candidate, family, cold_ms, warm_ms, innet_ms FROM {INNET} WHERE network=?",
+                    (n.network,)):
+                kernels.append(KernelObservation(n.network, (wl, cand), fam, _inf(cold), _inf(warm), t))
+        return nets, kernels
+
+    def assignments(self, ctx: Context, content: str) -> list[tuple[int, ...]]:
+        """The assignments of the model ``content`` built and timed before, newest first."""
+        out = []
+        for (c,) in self._db.execute(
+                f"SELECT choice FROM {NETWORKS} WHERE content=? AND target=? AND cpu=? AND threads=? AND tvm=? "
+                "ORDER BY created DESC", (content, ctx.target, ctx.cpu, ctx.threads, ctx.tvm)):
+            ch = tuple(int(v) for v in c.split(",")) if c else ()
+            if ch and ch not in out:
+                out.append(ch)
+        return out
+
+    def forget_networks(self, ctx: Context | None = None) -> int:
+        """Drop the calibration data (of one context, or all)."""
+        with self._db:
+            if ctx is None:
+                n = self._db.execute(f"DELETE FROM {NETWORKS}").rowcount
+                self._db.execute(f"DELETE FROM {INNET}")
+                return n
+            ids = [r[0] for r in self._db.execute(
+                f"SELECT network FROM {NETWORKS} WHERE target=? AND cpu=? AND threads=? AND tvm=?",
+                (ctx.target, ctx.cpu, ctx.threads, ctx.tvm))]
+            self._db.executemany(f"DELETE FROM {INNET} WHERE network=?", [(i,) for i in ids])
+            self._db.executemany(f"DELETE FROM {NETWORKS} WHERE network=?", [(i,) for i in ids])
+            return len(ids)
 
     def close(self) -> None:
         self._db.close()

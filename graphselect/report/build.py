@@ -3,44 +3,55 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from costmodels.explain import compare
 
 from ..candidates import Candidate
+from ..rewrite.apply import count_transforms
+
+SCHEMA_VERSION = 2
 
 
 def _r(v, nd=4):
     return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else round(float(v), nd)
 
 
-def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx, prepared, transforms,
-                max_rel_err, times, stage_seconds, records) -> dict:
-    names = list(lg.layers)
+def make_report(*, imported, measured, machine, selection, checked, settings, stage_seconds, store) -> dict:
+    lg, plan, meas = imported.lg, measured.plan, measured.measurements
+    prob, iso = selection.problem, selection.isolated
+    chosen = selection.by_label(selection.label)
+    choice, gchoice = chosen.choice, tuple(selection.greedy.choice)
+    innet = _innet_by_layer(imported, chosen, selection.innet.get(chosen.label))
+    flagged = {(w, c): why for w, c, why in measured.flagged}
     layers = []
-    for i, lname in enumerate(names):
+    for i, lname in enumerate(lg.layers):
         layer = lg.layers[lname]
-        if lname not in plan.options:
+        if lname not in plan.impls:
             continue
-        opts = plan.options[lname]
-        chosen = opts[assignment.choice[i]]
-        g_chosen = opts[greedy.choice[i]]
+        opts, objs = plan.table(lname).options, plan.impls[lname]
+        k = choice[i]
+        ch_iso = iso.nodes[i].choices[k]
         row = {"name": lname, "kind": layer.kind, "op": layer.op, "onnx_name": layer.onnx_name,
                "out_shape": list(layer.out_shape) if layer.out_shape else None,
-               "chosen": chosen[0], "greedy": g_chosen[0],
-               "cost_ms": _r(problem.nodes[i].choices[assignment.choice[i]].cost)}
+               "chosen": opts[k].name, "greedy": opts[gchoice[i]].name,
+               "cost_ms": _r(prob.nodes[i].choices[k].blend(prob.warm_share(choice))),
+               "isolated_cold_ms": _r(ch_iso.cost), "isolated_warm_ms": _r(ch_iso.time(True)),
+               "innet_ms": _r(innet.get(lname))}
         if layer.kind == "conv":
-            c: Candidate = chosen[3]
+            c: Candidate = objs[k]
             row.update(workload=layer.conv.key, shape=layer.conv.describe(), epilogue=layer.conv.epilogue,
                        gflop=_r(layer.conv.flops / 1e9, 5), family=c.family, params=dict(c.params),
                        in_layout=c.in_layout, out_layout=c.out_layout, weight_layout=c.weight_layout,
                        weight_bytes=c.weight_bytes, workspace_bytes=c.workspace_bytes, sparsity=_r(layer.sparsity),
-                       rel_err=_chosen_err(meas, layer.conv.key, c.key))
+                       rel_err=_err(meas, layer.conv.key, c.key))
             cands = []
-            for cname, wl, ckey, obj in opts:
-                m = meas.get((wl, ckey))
-                cands.append({"key": ckey, "family": obj.family, "in_layout": obj.in_layout,
+            for opt, obj in zip(opts, objs):
+                m = meas.get(opt.kernel)
+                cands.append({"key": opt.name, "family": obj.family, "in_layout": obj.in_layout,
                               "out_layout": obj.out_layout, "cold_ms": _r(m.cold_ms) if m else None,
                               "warm_ms": _r(m.warm_ms) if m else None, "error": m.error if m else "not measured",
-                              "rel_err": m.rel_err if m else None})
+                              "rel_err": m.rel_err if m else None, "flag": flagged.get(tuple(opt.kernel))})
             row["candidates"] = cands
             fam_best = {}
             for cd in cands:
@@ -51,51 +62,120 @@ def make_report(*, name, lg, plan, meas, problem, assignment, greedy, spec, ctx,
             ok = [cd for cd in cands if cd["cold_ms"] is not None]
             row["fastest_alone"] = min(ok, key=lambda cd: cd["cold_ms"])["key"] if ok else None
         else:
-            row["layout"] = chosen[0]
+            row["layout"] = opts[k].name
         layers.append(row)
-    ort = times.get("onnxruntime")
-    gs = times.get("graphselect")
+    measured_ms = checked.measured_ms
+    ts = checked.rounds
+    gs, ort = measured_ms.get(chosen.label), measured_ms.get("onnxruntime")
+    quiet = _quiet(ts, chosen.label) if ts is not None else None
+    fastest = ts.fastest([b.label for b in selection.built]) if ts is not None else None
+    sol = selection.solution
+    alternatives = []
+    for b in selection.built:
+        alternatives.append({
+            "label": b.label, "predicted_ms": _r(prob.evaluate(b.choice)),
+            "isolated_predicted_ms": _r(iso.evaluate(b.choice)),
+            "innet_e2e_ms": _r(selection.innet[b.label].e2e_ms) if b.label in selection.innet else None,
+            "measured_ms": _r(measured_ms.get(b.label)), "measured_quiet_ms": _r(_quiet(ts, b.label)) if ts else None,
+            "relative_to_chosen": _r(ts.ratio(b.label, chosen.label)) if ts is not None else None,
+            "max_rel_err": checked.errors.get(b.label), "chosen": b.label == chosen.label,
+            "fastest": b.label == fastest, "footprint_bytes": iso.footprint(b.choice)})
+    rounds = [{"round": r.index, "solution": r.solution, "new": list(r.new), "calibration": _rounded(r.calibration),
+               "networks": [{"label": lb, "predicted_ms": _r(p), "measured_ms": _r(r.measured_ms.get(lb)),
+                             "error": _r((p - r.measured_ms[lb]) / r.measured_ms[lb])
+                             if r.measured_ms.get(lb) else None}
+                            for lb, p in r.predicted_ms.items()]}
+              for r in selection.rounds]
     return {
-        "schema_version": 1,
-        "model": name,
-        "input": {"name": prepared.input_name, "shape": list(prepared.input_shape)},
-        "prepare_notes": list(prepared.notes),
-        "folded_batchnorm": prepared.folded_bn,
-        "target": spec.key, "cpu": ctx.cpu, "threads": spec.threads, "tvm_version": ctx.tvm.split(" ")[0], "tvm_runtime": ctx.tvm,
-        "solver": {"method": assignment.method, "optimal": assignment.optimal, "seconds": _r(assignment.seconds, 3),
-                   "gap": _r(assignment.gap, 6), "predicted_ms": _r(assignment.cost)},
-        "greedy": {"predicted_ms": _r(greedy.cost)},
-        # which layers the selection changed against warm-cache greedy, and why
-        "versus_greedy": _rounded(compare(problem, assignment.choice, greedy.choice).as_dict()),
-        "predicted_e2e_ms": _r(assignment.cost),
-        "cache": {"budget_bytes": problem.cache_bytes, "activation_bytes": problem.activation_bytes,
-                  "footprint_bytes": problem.footprint(assignment.choice),
-                  "resident": problem.resident(assignment.choice),
-                  "warm_share": problem.warm_share(assignment.choice),
-                  "partial_steps": [list(st) for st in problem.partial]},
-        "predicted_transform_ms": _r(problem.transform_cost(assignment.choice)),
+        "schema_version": SCHEMA_VERSION,
+        "model": imported.name,
+        "input": {"name": imported.prepared.input_name, "shape": list(imported.prepared.input_shape)},
+        "prepare_notes": list(imported.prepared.notes),
+        "folded_batchnorm": imported.prepared.folded_bn,
+        "target": settings.spec.key, "cpu": settings.ctx.cpu, "threads": settings.spec.threads,
+        "tvm_version": settings.ctx.tvm.split(" ")[0], "tvm_runtime": settings.ctx.tvm,
+        "solver": {"method": sol.method, "optimal": sol.optimal, "seconds": _r(sol.seconds, 3),
+                   "gap": _r(sol.gap, 6), "predicted_ms": _r(sol.cost)},
+        "greedy": {"predicted_ms": _r(prob.evaluate(gchoice)), "isolated_predicted_ms": _r(selection.greedy.cost)},
+        # which layers the selection changed against warm-cache greedy, and why (calibrated costs)
+        "versus_greedy": _rounded(compare(prob, choice, gchoice).as_dict()),
+        "predicted_e2e_ms": _r(prob.evaluate(choice)),
+        "isolated_predicted_e2e_ms": _r(iso.evaluate(choice)),
+        "cache": {"budget_bytes": prob.cache_bytes, "isolated_budget_bytes": machine.budget,
+                  "activation_bytes": prob.activation_bytes, "footprint_bytes": prob.footprint(choice),
+                  "resident": prob.resident(choice), "warm_share": prob.warm_share(choice),
+                  "partial_steps": [list(st) for st in prob.partial]},
+        "predicted_transform_ms": _r(prob.transform_cost(choice)),
         "measured_e2e_ms": _r(gs),
+        "measured_quiet_ms": _r(quiet),
+        "prediction_error": _r((prob.evaluate(choice) - gs) / gs) if gs else None,
         "onnxruntime_ms": _r(ort),
-        "ratio_to_onnxruntime": _r(gs / ort) if gs and ort else None,
-        "layout_transforms": transforms,
-        "max_rel_err": max_rel_err,
+        "ratio_to_onnxruntime": _r(ts.ratio(chosen.label, "onnxruntime")) if ts is not None else None,
+        "layout_transforms": count_transforms(chosen.module),
+        "max_rel_err": checked.errors.get(chosen.label),
         "conv_layers": sum(1 for r in layers if r["kind"] == "conv"),
         "families_chosen": _count(r["family"] for r in layers if r["kind"] == "conv"),
-        "records": records,
+        "records": {"jobs": measured.jobs, "reused": measured.reused, "store": store,
+                    "flagged": [{"workload": w, "candidate": c, "why": why} for w, c, why in measured.flagged]},
+        "calibration": _rounded(selection.calibration.as_dict()),
+        "loop": {"rounds": rounds, "converged": selection.converged, "chosen": chosen.label,
+                 "fastest_measured": fastest},
+        "alternatives": alternatives,
+        "kernels": _kernel_points(imported, selection),
+        "hardware": machine.hardware,
+        "chosen_by": "closed loop" if selection.rounds and selection.innet else sol.method,
         "stage_seconds": stage_seconds,
         "layers": layers,
     }
 
 
+def _innet_by_layer(imported, b, timing) -> dict:
+    """Conv layer -> its kernel's in-network ms in the built network ``b``."""
+    if timing is None:
+        return {}
+    from ..pipeline import conv_symbols
+    sym = conv_symbols(imported, b)
+    return {sym[c.symbol]: c.ms for c in timing.calls if c.symbol in sym}
+
+
+def _kernel_points(imported, selection) -> list[dict]:
+    """Every conv kernel timed in a network: isolated cold/warm, calibrated prediction and
+    in-network time (the predicted-against-measured plot)."""
+    out = []
+    prob, iso = selection.problem, selection.isolated
+    names = list(imported.lg.layers)
+    for b in selection.built:
+        timing = selection.innet.get(b.label)
+        if timing is None:
+            continue
+        share = prob.warm_share(b.choice)
+        by_layer = _innet_by_layer(imported, b, timing)
+        for lname, ms in by_layer.items():
+            i = names.index(lname)
+            ch, ci = prob.nodes[i].choices[b.choice[i]], iso.nodes[i].choices[b.choice[i]]
+            out.append({"network": b.label, "layer": lname, "candidate": ch.name, "innet_ms": _r(ms),
+                        "calibrated_ms": _r(ch.blend(share)), "isolated_cold_ms": _r(ci.cost),
+                        "isolated_warm_ms": _r(ci.time(True))})
+    return out
+
+
+def _quiet(ts, label):
+    """The quiet rounds' time: the lower quartile of the round medians."""
+    if ts is None or label not in ts.ms:
+        return None
+    meds = [float(np.median(b)) for b in ts.ms[label]]
+    return float(np.percentile(meds, 25)) if meds else None
+
+
 def _rounded(d):
     if isinstance(d, dict):
-        return {k: _rounded(v) for k, v in d.items()}
-    if isinstance(d, list):
+        return {str(k): _rounded(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
         return [_rounded(v) for v in d]
     return _r(d) if isinstance(d, float) else d
 
 
-def _chosen_err(meas, workload, key):
+def _err(meas, workload, key):
     m = meas.get((workload, key))
     return m.rel_err if m is not None else None
 

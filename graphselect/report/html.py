@@ -212,10 +212,29 @@ def records_text(r: dict) -> str:
     return f"{fmt(reused)} reused, {fmt(measured)} measured (store: {fmt(rec.get('store'))})"
 
 
+def pct(v) -> str:
+    return f"{100 * v:+.1f}%" if is_num(v) else DASH
+
+
+def calibration_text(r: dict) -> str:
+    c = r.get("calibration") or {}
+    if not c.get("networks"):
+        return "none yet: isolated timings as measured"
+    fam = ", ".join(f"{k} ×{v:.2f}" for k, v in (c.get("family_scale") or {}).items()) or DASH
+    return (f"from {c.get('networks')} built network(s) and {c.get('kernels')} kernel times; warm share at best "
+            f"{fmt(c.get('warm_max'), 2)}, cache capacity ×{fmt(c.get('capacity'), 2)} the budget, "
+            f"{unit(c.get('launch_ms'), 'ms', 4)} per kernel call, family scales {fam}, "
+            f"other kernels ×{fmt(c.get('other_scale'), 2)}")
+
+
 def summary(r: dict) -> str:
     err = r.get("max_rel_err")
     pairs = [
-        ("Predicted end-to-end", unit(r.get("predicted_e2e_ms"), "ms")),
+        ("Predicted end-to-end", f"{unit(r.get('predicted_e2e_ms'), 'ms')} calibrated "
+                                 f"({unit(r.get('isolated_predicted_e2e_ms'), 'ms')} from isolated timings)"),
+        ("Prediction error", f"{pct(r.get('prediction_error'))} against the median of all calls "
+                             f"(quiet rounds: {unit(r.get('measured_quiet_ms'), 'ms')})"),
+        ("Calibration", calibration_text(r)),
         ("of which layout transforms", unit(r.get("predicted_transform_ms"), "ms")),
         ("Measured end-to-end", unit(r.get("measured_e2e_ms"), "ms")),
         ("onnxruntime", unit(r.get("onnxruntime_ms"), "ms")),
@@ -240,8 +259,8 @@ def conv_row(l: dict, fams: list[str]) -> list:
     layouts = f"{fmt(l.get('in_layout'))} → {fmt(l.get('out_layout'))}, w {fmt(l.get('weight_layout'))}"
     diff = Markup(tag("differs", "diff")) if differs(l) else ("no" if l.get("fastest_alone") else None)
     return [l.get("name"), l.get("onnx_name"), l.get("shape"), l.get("epilogue"), num_label(l.get("gflop")),
-            l.get("chosen"), layouts, l.get("cost_ms"), l.get("fastest_alone"), diff,
-            *[best.get(f) for f in fams], nbytes(l.get("weight_bytes"))]
+            l.get("chosen"), layouts, l.get("isolated_cold_ms"), l.get("isolated_warm_ms"), l.get("innet_ms"),
+            l.get("cost_ms"), l.get("fastest_alone"), diff, *[best.get(f) for f in fams], nbytes(l.get("weight_bytes"))]
 
 
 def conv_table(convs: list[dict]) -> str:
@@ -249,8 +268,9 @@ def conv_table(convs: list[dict]) -> str:
         return empty("no conv layers")
     fams = families(convs)
     headers = ["Layer", "ONNX node", "Shape", "Epilogue", "GFLOP", "Chosen", "Layouts (in → out, weight)",
-               "Cost ms", "Fastest alone", "Differs", *[f"best {f} ms" for f in fams], "Weights"]
-    num = {4, 7, *range(10, 10 + len(fams)), 10 + len(fams)}
+               "Cold ms (alone)", "Warm ms (alone)", "In network ms", "Calibrated ms", "Fastest alone", "Differs",
+               *[f"best {f} ms" for f in fams], "Weights"]
+    num = {4, 7, 8, 9, 10, *range(13, 13 + len(fams)), 13 + len(fams)}
     return table(headers, [conv_row(l, fams) for l in convs], num_cols=num,
                  row_classes=["differs" if differs(l) else "" for l in convs], cls="conv")
 
@@ -468,6 +488,55 @@ def alternatives(r: dict) -> str:
                  num_cols=(1, 2, 3, 4, 5), row_classes=["differs" if a.get("chosen") else "" for a in alts])
 
 
+def loop_table(r: dict) -> str:
+    rows, classes = [], []
+    for rd in (r.get("loop") or {}).get("rounds") or []:
+        for n in rd.get("networks") or []:
+            if not is_num(n.get("measured_ms")):
+                continue
+            rows.append([rd.get("round"), n.get("label"), n.get("predicted_ms"), n.get("measured_ms"),
+                         pct(n.get("error")), "new" if n.get("label") in (rd.get("new") or []) else ""])
+            classes.append("differs" if n.get("label") == rd.get("solution") else "")
+    if not rows:
+        return empty("no network was timed in place (end-to-end timing off)")
+    lp = r.get("loop") or {}
+    head = (f"<p>{'Converged' if lp.get('converged') else 'Stopped at the round limit'}; returned: "
+            f"{esc(lp.get('chosen'))}; fastest in the end-to-end check: {esc(lp.get('fastest_measured'))}.</p>")
+    return head + table(["round", "assignment", "predicted ms", "measured ms (in place)", "error", ""], rows,
+                        num_cols=(2, 3, 4), row_classes=classes)
+
+
+SC_W, SC_H, SC_PAD = 460, 380, 46
+
+
+def scatter(r: dict) -> str:
+    pts = [p for p in r.get("kernels") or [] if is_num(p.get("innet_ms")) and p.get("innet_ms") > 0]
+    if not pts:
+        return empty("no kernel was timed in place")
+    vals = [p.get(k) for p in pts for k in ("innet_ms", "calibrated_ms", "isolated_cold_ms")]
+    lo = min(v for v in vals if is_num(v) and v > 0)
+    hi = max(v for v in vals if is_num(v))
+    x = Axis(10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi)), SC_PAD, SC_W - 10, True)
+    y = Axis(x.lo, x.hi, SC_H - SC_PAD, 10, True)
+    parts = [f'<line class="grid" x1="{x(x.lo):.1f}" y1="{y(x.lo):.1f}" x2="{x(x.hi):.1f}" y2="{y(x.hi):.1f}"/>']
+    for t in x.ticks():
+        parts.append(text(x(t), SC_H - SC_PAD + 14, num_label(t), "middle"))
+        parts.append(text(SC_PAD - 4, y(t) + 4, num_label(t), "end"))
+    parts.append(text((SC_W + SC_PAD) / 2, SC_H - 8, "measured in the network, ms", "middle"))
+    parts.append(text(4, 12, "predicted, ms"))
+    for p in pts:
+        m = p["innet_ms"]
+        for key, colour in (("isolated_cold_ms", "#bab0ac"), ("calibrated_ms", "#4e79a7")):
+            v = p.get(key)
+            if is_num(v) and v > 0:
+                parts.append(f'<circle cx="{x(m):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}" fill-opacity="0.7">'
+                             f"<title>{esc(p.get('network'))} {esc(p.get('layer'))} {esc(p.get('candidate'))}: "
+                             f"{esc(key)} {esc(unit(v, 'ms', 4))}, in network {esc(unit(m, 'ms', 4))}</title></circle>")
+    parts += legend([('<circle cx="5" cy="5" r="4" fill="#bab0ac"/>', "isolated, weights cold"),
+                     ('<circle cx="5" cy="5" r="4" fill="#4e79a7"/>', "calibrated")], SC_PAD, SC_H - 30)
+    return svg(SC_W, SC_H + 10, parts, "predicted against measured kernel times")
+
+
 def versus_greedy(r: dict) -> str:
     vg = r.get("versus_greedy") or {}
     changes = vg.get("changes") or []
@@ -493,11 +562,19 @@ def render_html(report: dict) -> str:
         summary(r),
         section("Conv layers", conv_table(convs),
                 "Highlighted rows: the whole-graph choice differs from the candidate fastest on its own."),
+        section("Closed loop", loop_table(r),
+                "Each round solves with the calibration the networks timed so far give, builds what it "
+                "has not measured yet, and times every built network plainly and kernel by kernel; the "
+                "prediction shown is the round's, made before it timed the network."),
+        section("Predicted against measured", scatter(r),
+                "Every conv kernel timed in place in a built network: its isolated cold time and its "
+                "calibrated cost against its time in the network (log scales; the line is equality)."),
         section("Assignments built and timed", alternatives(r),
-                "The solver's assignment, the best assignments of other cache-residency levels and "
-                "warm-cache greedy's, each built and timed end to end in interleaved rounds; the fastest "
-                "measured is kept. Time / chosen is the median over rounds of the ratio to the kept "
-                "assignment's time in the same round, which a slow spell of the machine does not move."),
+                "The solver's assignments of each loop round, the best assignments of other cache-residency "
+                "levels and warm-cache greedy's, each built and timed end to end in interleaved rounds as a "
+                "check; the solver's final assignment is returned. Time / chosen is the median over rounds of "
+                "the ratio to the returned assignment's time in the same round, which a slow spell of the "
+                "machine does not move."),
         section("Versus warm-cache greedy", versus_greedy(r),
                 "Greedy takes each layer's fastest candidate with warm weights. Why: cache = greedy's "
                 "choice is fast warm but greedy's whole selection overflows the cache budget and runs "

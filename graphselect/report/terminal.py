@@ -57,6 +57,10 @@ def columns(headers: list[str], rows: list[list[str]], *, width: int, right=(), 
     return [line(headers), SEP.join("-" * w for w in widths)] + [line(r) for r in rows]
 
 
+def _f3(v) -> str:
+    return f"{v:.3f}" if _num(v) else MISSING
+
+
 def _conv_rows(report: dict) -> list[list[str]]:
     rows = []
     for l in report.get("layers") or []:
@@ -64,8 +68,23 @@ def _conv_rows(report: dict) -> list[list[str]]:
             continue
         fa, ch = l.get("fastest_alone"), l.get("chosen")
         other = "" if fa == ch and fa is not None else _s(fa)
-        rows.append([_s(l.get("name")), _s(l.get("shape")), _s(l.get("epilogue")), _s(ch),
-                     f"{l['cost_ms']:.3f}" if _num(l.get("cost_ms")) else MISSING, other])
+        rows.append([_s(l.get("name")), _s(l.get("shape")), _s(ch), _f3(l.get("isolated_cold_ms")),
+                     _f3(l.get("innet_ms")), _f3(l.get("cost_ms")), other])
+    return rows
+
+
+def _pct(v) -> str:
+    return f"{100 * v:+.1f}%" if _num(v) else MISSING
+
+
+def _loop_rows(report: dict) -> list[list[str]]:
+    rows = []
+    for r in (report.get("loop") or {}).get("rounds") or []:
+        for n in r.get("networks") or []:
+            if not _num(n.get("measured_ms")):
+                continue
+            rows.append([str(r.get("round")), _s(n.get("label")), _ms(n.get("predicted_ms")),
+                         _ms(n.get("measured_ms")), _pct(n.get("error"))])
     return rows
 
 
@@ -99,10 +118,18 @@ def _records(report: dict) -> str:
 def _e2e(report: dict) -> list[tuple[str, str]]:
     err = report.get("max_rel_err")
     greedy = (report.get("greedy") or {}).get("predicted_ms")
+    cal = report.get("calibration") or {}
+    calib = (f"{cal.get('networks')} network(s), warm share at best {_s(cal.get('warm_max'))}, capacity "
+             f"x{_s(cal.get('capacity'))}, {_ms(cal.get('launch_ms'), 4)} per kernel call"
+             if cal.get("networks") else "none (isolated timings)")
     return [
-        ("predicted", f"{_ms(report.get('predicted_e2e_ms'))} (greedy {_ms(greedy)}, "
+        ("predicted", f"{_ms(report.get('predicted_e2e_ms'))} calibrated, "
+                      f"{_ms(report.get('isolated_predicted_e2e_ms'))} from isolated timings (greedy {_ms(greedy)}, "
                       f"layout transforms {_ms(report.get('predicted_transform_ms'))})"),
-        ("measured", _ms(report.get("measured_e2e_ms"))),
+        ("measured", f"{_ms(report.get('measured_e2e_ms'))} (quiet rounds {_ms(report.get('measured_quiet_ms'))}; "
+                     f"prediction error {_pct(report.get('prediction_error'))})"
+                     if _num(report.get("measured_e2e_ms")) else MISSING),
+        ("calibration", calib),
         ("onnxruntime", f"{_ms(report.get('onnxruntime_ms'))}, ratio {_ratio(report)}"),
         ("solver", _solver(report)),
         ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
@@ -124,7 +151,9 @@ def _labelled(pairs: list[tuple[str, str]], width: int) -> list[str]:
 def summary_table(report: dict, *, width: int = 120) -> str:
     """Per-conv-layer table, then the end-to-end numbers, as one string (no trailing newline).
 
-    The "fastest alone" column is blank where the chosen candidate is the fastest on its own.
+    Columns: the chosen candidate's cold time alone (weights flushed), its time in place in the
+    built network, and the calibrated cost the solver used (ms). The "fastest" column (fastest alone) is
+    blank where the chosen candidate is the fastest on its own (weights cold).
     """
     report = report or {}
     inp = report.get("input") or {}
@@ -134,15 +163,20 @@ def summary_table(report: dict, *, width: int = 120) -> str:
     rows = _conv_rows(report)
     lines = [_cut(title, width), ""]
     if rows:
-        lines += columns(["layer", "shape", "epilogue", "chosen", "ms", "fastest alone"], rows,
-                         width=width, right={4}, shrink={0, 1, 2, 3, 5})
+        lines += columns(["layer", "shape", "chosen", "cold", "in net", "cost", "fastest"], rows,
+                         width=width, right={3, 4, 5}, shrink={0, 1, 2, 6})
     else:
         lines.append("no conv layers")
     lines.append("")
     lines += _labelled(_e2e(report), width)
+    loop = _loop_rows(report)
+    if loop:
+        lines += ["", "closed loop: each round's prediction of the networks it then timed:"]
+        lines += columns(["round", "assignment", "predicted", "measured", "error"], loop, width=width,
+                         right={2, 3, 4}, shrink={1})
     alts = [a for a in report.get("alternatives") or [] if _num(a.get("measured_ms"))]
     if len(alts) > 1:
-        lines += ["", "assignments built and timed end to end (the fastest is kept):"]
+        lines += ["", "assignments built and timed end to end (a check; the solver's is returned):"]
         lines += columns(["assignment", "predicted", "measured", "/ chosen", ""],
                          [[_s(a.get("label")), _ms(a.get("predicted_ms")), _ms(a.get("measured_ms")),
                            f"{a['relative_to_chosen']:.3f}x" if _num(a.get("relative_to_chosen")) else MISSING,

@@ -8,7 +8,7 @@ import logging
 
 from ..graph import layouts
 from ..graph.layers import LayerGraph
-from .emit import emit_agnostic, emit_conv, subst, transform
+from ..codegen.emit import emit_agnostic, emit_conv, subst, transform
 
 log = logging.getLogger(__name__)
 

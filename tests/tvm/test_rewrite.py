@@ -12,7 +12,7 @@ from graphselect.frontend.relax_import import import_onnx
 from graphselect.graph.layers import extract
 from graphselect.measure.e2e import ort_session
 from graphselect.rewrite.apply import apply, count_transforms
-from graphselect.rewrite.build import build
+from graphselect.codegen.lower import build
 from graphselect.target import parse_target
 from tests.reference import rel_err
 

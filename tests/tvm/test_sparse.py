@@ -13,7 +13,7 @@ from graphselect.frontend.relax_import import import_onnx
 from graphselect.graph.layers import ConvSpec, extract
 from graphselect.measure.e2e import ort_session
 from graphselect.rewrite.apply import apply
-from graphselect.rewrite.build import build, lower
+from graphselect.codegen.lower import build, lower
 from graphselect.target import parse_target
 from tests.reference import conv2d_nchw, rel_err
 

@@ -1,0 +1,200 @@
+"""Calibration of isolated kernel timings to what the running network shows, on this machine.
+
+Isolated timings (weights flushed, or warm after repeated calls) do not transfer between CPUs
+or between kernels: on one Xeon a network whose weights overflowed the residency budget still
+ran mostly from its 105 MiB L3, on a Zen 5 a MobileNetV2 whose weights fit the budget ran its
+kernels nearer their cold than their warm times, and a depthwise conv reading a 112x112 tensor
+ran 2x its isolated time. So every built network's kernels are timed where they run (see
+``graphselect.measure.innet``), and those times fit a small model of this machine:
+
+    in-network time of a kernel = scale * blend(cold, warm, m * s(F / k)) + launch
+
+- ``s`` is the residency curve of the footprint ``F`` (1 within the budget, the measured
+  partial-residency steps beyond it, 0 past the last), ``k`` stretches it (the cache the network
+  really gets is ``k`` times the budget) and ``m`` is the share of the isolated warm-cold gap a
+  kernel keeps at best (isolated warm timing runs from L1/L2; a network reads weights from L3);
+- ``scale`` is per kernel when that kernel has been seen in a network, else per family;
+- ``launch`` is the runtime's cost per kernel call outside the kernels (VM dispatch, allocation);
+- every other kernel (pooling, elementwise ops, layout transforms, unfused epilogues, which the
+  network's fusion merges and splits differently from their isolated snippets) shares one
+  scale, ``other_scale``, per model when it has been built, else the machine's median.
+
+``fit`` picks ``m`` and ``k`` on a grid (with a pull towards 1, the uncalibrated model, where the
+data cannot tell) and the scales as medians of log ratios. Pure Python and numpy: no TVM.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+# grid searched by fit(); the pull towards m = k = 1 decides where the data are flat
+M_GRID = tuple(round(0.05 * i, 2) for i in range(21))
+LOG2_K_GRID = tuple(0.25 * i for i in range(-8, 13))     # k from 1/4 to 8
+PULL = 0.02                                                # loss per unit of (log2 k)^2 and (1 - m)^2
+MIN_MS = 1e-4
+
+
+@dataclass(frozen=True)
+class KernelObservation:
+    """One kernel of a built network: its isolated timings and its time inside the network."""
+    network: str                    # the built network it ran in (NetworkObservation.network)
+    key: tuple[str, str]            # (workload, candidate) of its measurement record
+    family: str
+    cold_ms: float
+    warm_ms: float
+    innet_ms: float                 # per call, instrument overhead removed
+
+
+@dataclass(frozen=True)
+class NetworkObservation:
+    """One built network, timed whole (no instrument) and kernel by kernel."""
+    network: str                    # unique id of this build
+    model: str                      # which model (several builds of one model share it)
+    footprint_bytes: int
+    e2e_ms: float                   # median per call, plain
+    kernel_calls: int               # kernel launches per call (conv and other)
+    conv_innet_ms: float            # sum over the conv kernels
+    other_innet_ms: float           # sum over every other kernel
+    other_cold_ms: float            # what the Problem predicted for those, weights cold
+    other_warm_ms: float            # ... and warm
+
+
+def _steps_share(footprint: float, budget: float | None, steps: Sequence[tuple[int, float]]) -> float:
+    if budget is None:
+        return 0.0
+    if footprint <= budget:
+        return 1.0
+    for cap, share in steps:
+        if footprint <= cap:
+            return share
+    return 0.0
+
+
+def _blend(cold: float, warm: float, share: float) -> float:
+    return cold + share * (warm - cold)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted model; ``Calibration()`` is the identity (isolated timings as they are)."""
+    warm_max: float = 1.0                     # m
+    capacity: float = 1.0                     # k
+    launch_ms: float = 0.0
+    family_scale: Mapping[str, float] = field(default_factory=dict)
+    kernel_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    other_scale: float = 1.0                  # machine-wide median
+    model_other_scale: Mapping[str, float] = field(default_factory=dict)
+    networks: int = 0                         # built networks the fit saw
+    kernels: int = 0                          # kernel observations the fit saw
+    loss: float = 0.0                         # mean squared log error of the fit per kernel
+
+    @property
+    def identity(self) -> bool:
+        return self.networks == 0
+
+    def scale_of(self, key: tuple[str, str], family: str) -> float:
+        return self.kernel_scale.get(tuple(key), self.family_scale.get(family, 1.0))
+
+    def kernel(self, key: tuple[str, str], family: str, cold_ms: float, warm_ms: float,
+               calls: int = 1) -> tuple[float, float]:
+        """Calibrated (cold, warm) of one conv option: blending them by the Problem's share gives
+        ``scale * blend(cold, warm, warm_max * share) + calls * launch``."""
+        sc = self.scale_of(key, family)
+        warm_eff = _blend(cold_ms, warm_ms, self.warm_max)
+        return sc * cold_ms + calls * self.launch_ms, sc * warm_eff + calls * self.launch_ms
+
+    def other(self, model: str, cold_ms: float, warm_ms: float) -> tuple[float, float]:
+        """Calibrated (cold, warm) of a non-conv cost (op node or layout transform)."""
+        sc = self.model_other_scale.get(model, self.other_scale)
+        return sc * cold_ms, sc * _blend(cold_ms, warm_ms, self.warm_max)
+
+    def budget(self, budget: int | None, steps: Sequence[tuple[int, float]]):
+        """The residency budget and partial steps, stretched by the fitted capacity."""
+        if budget is None:
+            return None, ()
+        k = self.capacity
+        return int(budget * k), tuple((int(cap * k), share) for cap, share in steps)
+
+    def as_dict(self) -> dict:
+        return {"warm_max": self.warm_max, "capacity": self.capacity, "launch_ms": self.launch_ms,
+                "family_scale": dict(self.family_scale), "other_scale": self.other_scale,
+                "model_other_scale": dict(self.model_other_scale), "kernel_scales": len(self.kernel_scale),
+                "networks": self.networks, "kernels": self.kernels, "loss": self.loss}
+
+
+def _median(xs) -> float:
+    return float(np.median(xs)) if len(xs) else float("nan")
+
+
+def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservation], *,
+        budget: int | None, steps: Sequence[tuple[int, float]] = ()) -> Calibration:
+    """Fit :class:`Calibration` to in-network observations (``budget``/``steps``: the
+    uncalibrated residency curve, ``Problem.cache_bytes``/``Problem.partial``).
+
+    Examples
+    --------
+    >>> net = NetworkObservation("n", "m", 10, 1.0, 2, 0.9, 0.1, 0.1, 0.1)
+    >>> k = [KernelObservation("n", ("w", "a"), "f", 0.5, 0.4, 0.45)]
+    >>> round(fit(k, [net], budget=100).kernel(("w", "a"), "f", 0.5, 0.4)[1], 3)
+    0.45
+    """
+    nets = {n.network: n for n in networks if n.e2e_ms > 0 and n.kernel_calls > 0}
+    obs = [o for o in kernels if o.network in nets and o.innet_ms > 0 and math.isfinite(o.cold_ms)
+           and math.isfinite(o.warm_ms) and o.cold_ms > 0]
+    if not nets or not obs:
+        return Calibration()
+    # the runtime's own time per kernel call: what the network takes beyond its kernels
+    launch = max(0.0, _median([(n.e2e_ms - n.conv_innet_ms - n.other_innet_ms) / n.kernel_calls
+                               for n in nets.values()]))
+    fams = sorted({o.family for o in obs})
+    fam_idx = np.array([fams.index(o.family) for o in obs])
+    cold = np.array([o.cold_ms for o in obs])
+    warm = np.array([min(o.warm_ms, o.cold_ms * 4) for o in obs])
+    target = np.log(np.maximum(np.array([o.innet_ms for o in obs]), MIN_MS))
+    base_share = np.array([_steps_share(nets[o.network].footprint_bytes, budget, steps) for o in obs])
+    fp = np.array([nets[o.network].footprint_bytes for o in obs], dtype=float)
+
+    best = None
+    for l2k in LOG2_K_GRID:
+        k = 2.0 ** l2k
+        share0 = np.array([_steps_share(f / k, budget, steps) for f in fp]) if budget is not None else base_share
+        for m in M_GRID:
+            pred = np.log(np.maximum(cold + m * share0 * (warm - cold), MIN_MS))
+            resid = target - pred
+            logscale = np.zeros(len(fams))
+            for j in range(len(fams)):
+                logscale[j] = np.median(resid[fam_idx == j])
+            err = resid - logscale[fam_idx]
+            loss = float(np.mean(_huber(err))) + PULL * (l2k ** 2 + (1 - m) ** 2)
+            if best is None or loss < best[0] - 1e-12:
+                best = (loss, m, k, logscale, share0)
+    loss, m, k, logscale, share0 = best
+    family_scale = {f: float(np.exp(logscale[j])) for j, f in enumerate(fams)}
+    per_key: dict = {}
+    for o, s in zip(obs, share0):
+        b = _blend(o.cold_ms, min(o.warm_ms, o.cold_ms * 4), m * s)
+        per_key.setdefault(tuple(o.key), []).append(max(o.innet_ms, MIN_MS) / max(b, MIN_MS))
+    kernel_scale = {key: _median(v) for key, v in per_key.items()}
+
+    def net_share(n):
+        return m * _steps_share(n.footprint_bytes / k, budget, steps) if budget is not None else 0.0
+
+    per_model: dict = {}
+    for n in nets.values():
+        pred = _blend(n.other_cold_ms, n.other_warm_ms, net_share(n))
+        if pred > 0:
+            others = n.kernel_calls - sum(1 for o in obs if o.network == n.network)
+            per_model.setdefault(n.model, []).append((n.other_innet_ms + max(0, others) * launch) / pred)
+    model_other = {mdl: _median(v) for mdl, v in per_model.items()}
+    other = _median(list(model_other.values())) if model_other else 1.0
+    return Calibration(warm_max=float(m), capacity=float(k), launch_ms=float(launch), family_scale=family_scale,
+                       kernel_scale=kernel_scale, other_scale=float(other), model_other_scale=model_other,
+                       networks=len(nets), kernels=len(obs), loss=float(loss))
+
+
+def _huber(x, delta: float = 0.15):
+    a = np.abs(x)
+    return np.where(a <= delta, 0.5 * a * a, delta * (a - 0.5 * delta))

@@ -1,0 +1,34 @@
+"""A compiler process for :class:`graphselect.measure.local.Builder`: reads one request per line
+on stdin (a PrimFunc as TVM JSON in a file, the target, where to write the library), compiles it
+and answers one line on stdout. Started as ``python -m graphselect.measure.compile_worker``, so
+it never imports the user's main module (as multiprocessing's spawn would) and never inherits
+the parent's threads (as fork would)."""
+from __future__ import annotations
+
+import json
+import sys
+
+MARK = "@@graphselect "       # answer lines start with it: anything else on stdout is not ours
+
+
+def main() -> int:
+    import tvm
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        try:
+            with open(req["func"]) as f:
+                func = tvm.ir.load_json(f.read()).with_attr("global_symbol", "main")
+            ex = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(req["target"]))
+            ex.export_library(req["out"])
+            answer = {"ok": req["out"]}
+        except Exception as e:  # noqa: BLE001 - every failure goes back as a message
+            answer = {"error": (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]}
+        sys.stdout.write(MARK + json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

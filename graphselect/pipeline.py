@@ -1,0 +1,415 @@
+"""The stages of :func:`graphselect.optimize` (DESIGN.md, "Data flow"), one function each, each
+returning a frozen record that the later stages read. ``api.optimize`` only composes them."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import BuildError, GraphSelectError
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int, str], None]   # (stage, done, total, message)
+TOLERANCE = 1e-4      # max |tvm - onnxruntime| / max |onnxruntime|
+SOLVERS = ("cp-sat", "greedy", "dp", "brute", "pbqp")
+
+
+def _quiet(*_a, **_k):
+    pass
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the user asked for, validated before any work starts."""
+    spec: object                       # graphselect.target.TargetSpec
+    target: object                     # tvm.target.Target
+    ctx: object                        # measure.store.Context: the record key of this machine
+    solver: str
+    families: tuple[str, ...] | None
+    cache: Path | None                 # record store file; None: in memory only
+    time_limit: float
+    verify: bool
+    benchmark_runs: int
+    timing: object                     # measure.local.TimingConfig
+    cache_budget: int | str | None
+    workers: int                       # compiler processes for measurement
+    max_rounds: int                    # closed-loop rounds (0: no in-network timing, isolated costs)
+    innet_rounds: int
+    progress: Progress = field(default=_quiet, compare=False)
+    name: str | None = None
+
+
+def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cache=True, time_limit=30.0,
+             verify=True, benchmark_runs=30, timing=None, progress=None, name=None, cache_budget="auto",
+             workers=None, max_rounds=None, innet_rounds=8) -> Settings:
+    """Validate the options and fix this process's TVM thread count."""
+    import tvm
+    from .measure.local import TimingConfig
+    from .measure.store import Context, default_path
+    from .target import cpu_model, parse_target, runtime_tag
+    spec = parse_target(target, threads=threads)
+    if solver not in SOLVERS:
+        raise GraphSelectError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    if not time_limit > 0:
+        raise GraphSelectError(f"time_limit must be positive seconds, got {time_limit!r}")
+    if benchmark_runs < 0:
+        raise GraphSelectError(f"benchmark_runs must be >= 0, got {benchmark_runs}")
+    if isinstance(cache_budget, (int, float)) and not isinstance(cache_budget, bool) and cache_budget < 0:
+        raise GraphSelectError(f"cache budget must be >= 0 bytes, got {cache_budget}")
+    # TVM's thread pool reads this when it starts; set it before any TVM kernel runs
+    os.environ["TVM_NUM_THREADS"] = str(spec.threads)
+    running = int(tvm.get_global_func("runtime.NumThreads")())
+    if running != spec.threads:     # the pool started earlier: timings would be filed under the wrong count
+        raise GraphSelectError(
+            f"TVM's thread pool already runs {running} thread(s), started before optimize could set "
+            f"TVM_NUM_THREADS={spec.threads}; set TVM_NUM_THREADS={spec.threads} before the first TVM kernel "
+            f"runs in this process, or pass threads={running}")
+    path = (default_path() if cache is True else Path(cache)) if cache not in (None, False) else None
+    ctx = Context(target=spec.key, cpu=cpu_model(), threads=spec.threads, tvm=runtime_tag(tvm.__version__))
+    if max_rounds is None:
+        max_rounds = 3 if benchmark_runs else 0
+    return Settings(spec=spec, target=spec.tvm_target(), ctx=ctx, solver=solver,
+                    families=tuple(families) if families else None, cache=path, time_limit=float(time_limit),
+                    verify=verify, benchmark_runs=int(benchmark_runs), timing=timing or TimingConfig(),
+                    cache_budget=cache_budget, workers=int(workers or min(2, os.cpu_count() or 1)),
+                    max_rounds=int(max_rounds), innet_rounds=int(innet_rounds), progress=progress or _quiet,
+                    name=name)
+
+
+@contextlib.contextmanager
+def open_store(s: Settings):
+    from .measure.store import RecordStore
+    store = RecordStore(s.cache)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+# --- import ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Imported:
+    original: object                   # the user's onnx.ModelProto
+    prepared: object                   # frontend.onnx_prep.Prepared
+    lg: object                         # graph.layers.LayerGraph (its extra["module"]: the Relax module)
+    model_key: str                     # identifies the model's structure (per-model calibration)
+    name: str
+    content_key: str = ""              # identifies the prepared model exactly, weights included
+
+
+def load(model, s: Settings, input_shape=None) -> Imported:
+    from .frontend import onnx_prep
+    from .frontend.relax_import import import_onnx
+    from .graph.layers import extract
+    s.progress("import", 0, 1, "loading the model")
+    original = onnx_prep.load_model(model)
+    if isinstance(input_shape, (tuple, list)):
+        input_shape = {_first_input(original): tuple(int(v) for v in input_shape)}
+    prepared = onnx_prep.prepare(original, input_shapes=input_shape)
+    onnx_convs = tuple(n.name or n.output[0] for n in prepared.model.graph.node if n.op_type == "Conv")
+    mod = import_onnx(prepared.model, prepared.input_name, prepared.input_shape)
+    lg = extract(mod, onnx_conv_names=onnx_convs)
+    lg.extra["module"] = mod
+    key = hashlib.sha1("|".join(f"{l.name}:{l.op}:{l.out_shape}:{l.conv.key if l.conv else ''}"
+                                for l in lg.layers.values()).encode()).hexdigest()[:12]
+    content = hashlib.sha1(prepared.model.SerializeToString()).hexdigest()[:16]
+    s.progress("import", 1, 1, f"{len(lg.convs)} conv layers, {len(lg.layers)} layers")
+    return Imported(original, prepared, lg, key, s.name or _model_name(model, original), content)
+
+
+# --- measure ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Measured:
+    plan: object                       # measure.plan.Plan
+    measurements: dict                 # (workload, candidate) -> measure.store.Measurement
+    timings: dict                      # (workload, candidate) -> costmodels.table.Timing
+    jobs: int
+    reused: int
+    flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
+
+
+def measure(imported: Imported, s: Settings, store) -> Measured:
+    from costmodels.table import Timing
+    from .measure import plan as plan_mod
+    from .measure.local import REFERENCE, measure as run, stale
+    plan = plan_mod.make_plan(imported.lg, s.target, s.families)
+    keys = {j.key: j for j in plan.jobs}
+    ref = store.get(s.ctx, *REFERENCE, "")
+    quiet = ref.cold_ms if ref is not None else None
+    reused = sum(1 for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None
+                 and not stale(m, quiet))
+    probe = None
+    if reused < len(keys):
+        s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
+        probe = load_probe(s, store)
+    meas = run(list(plan.jobs), target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
+               probe=probe, progress=lambda d, n, m: s.progress("measure", d, n, m))
+    if probe is not None:
+        keep_quiet(s, store, probe)
+    timings = {k: Timing(m.cold_ms, m.warm_ms) for k, m in meas.items()}
+    flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
+    return Measured(plan, meas, timings, len(keys), reused, flagged)
+
+
+def load_probe(s: Settings, store):
+    """A :class:`measure.local.LoadProbe` that starts from the quietest reference time stored."""
+    from .measure.local import REFERENCE, LoadProbe
+    ref = store.get(s.ctx, *REFERENCE, "")
+    return LoadProbe(s.target, ref.cold_ms if ref is not None else None)
+
+
+def keep_quiet(s: Settings, store, probe) -> None:
+    """Store the probe's quietest time when it beats the stored one."""
+    from .measure.local import REFERENCE
+    from .measure.store import Measurement
+    ref = store.get(s.ctx, *REFERENCE, "")
+    if ref is None or probe.quiet_ms < ref.cold_ms:
+        store.put(s.ctx, Measurement(*REFERENCE, probe.quiet_ms, probe.quiet_ms))
+
+
+def retime(model, s: Settings, store, *, match: str | None = None, flagged_only: bool = False,
+           input_shape=None) -> list[tuple[str, str, object, object]]:
+    """Re-time the records a model's plan uses (those whose workload or candidate contains
+    ``match``; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
+    from .measure import plan as plan_mod
+    from .measure.local import REFERENCE, measure as run, stale
+    imported = load(model, s, input_shape)
+    plan = plan_mod.make_plan(imported.lg, s.target, s.families)
+    ref = store.get(s.ctx, *REFERENCE, "")
+    quiet = ref.cold_ms if ref is not None else None
+    jobs, old = [], {}
+    for j in plan.jobs:
+        if j.key in old or (match and match not in j.workload and match not in j.candidate):
+            continue
+        m = store.get(s.ctx, *j.key, j.version)
+        if flagged_only and (m is None or not (m.flag or stale(m, quiet))):
+            continue
+        old[j.key] = m
+        jobs.append(j)
+    for j in jobs:
+        store.delete(s.ctx, match=None, key=(j.workload, j.candidate, j.version))
+    probe = load_probe(s, store) if jobs else None
+    new = run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers, probe=probe,
+              progress=lambda d, n, m: s.progress("measure", d, n, m))
+    if probe is not None:
+        keep_quiet(s, store, probe)
+    return [(j.workload, j.candidate, old[j.key], new.get(j.key)) for j in jobs]
+
+
+# --- this machine's cache ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Machine:
+    budget: int | None                 # residency budget before calibration (bytes)
+    steps: tuple[tuple[int, float], ...]
+    hardware: dict                     # what the report shows
+
+
+def machine(s: Settings, store) -> Machine:
+    from costmodels.hardware import detect, residency, residency_budget, throughput
+    hw = detect()
+    if s.cache_budget == "auto":
+        budget = residency_budget(hw)
+    else:
+        budget = None if s.cache_budget in (None, "off") else int(s.cache_budget)
+    hardware = {"l1d_bytes": hw.l1d_bytes, "l2_bytes": hw.l2_bytes, "l3_bytes": hw.l3_bytes,
+                "line_bytes": hw.line_bytes, "source": hw.source, "residency_budget_bytes": residency_budget(hw)}
+    steps = ()
+    if store.path is not None:     # peak FLOP/s, bandwidth, residency steps: measured once per CPU and threads
+        tp = throughput(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu)
+        hardware.update(peak_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs)
+        if s.cache_budget == "auto" and budget:
+            res = residency(store.path.parent / "hardware.json", budget, threads=s.spec.threads, cpu=s.ctx.cpu)
+            steps = tuple(res.steps)
+            hardware["residency_steps"] = [list(st) for st in res.steps]
+    return Machine(budget, steps, hardware)
+
+
+def problem(imported: Imported, measured: Measured, m: Machine, calibration=None):
+    """The Problem of this model on this machine (``calibration``: see costmodels.calibration)."""
+    from costmodels.table import MissingMeasurement, build_problem
+    plan = measured.plan
+    try:
+        return build_problem(plan.layers, plan.edges, measured.timings, cache_bytes=m.budget, partial=m.steps,
+                             activation_bytes=plan.activation_bytes, calibration=calibration,
+                             model=imported.model_key)
+    except MissingMeasurement as e:
+        raise GraphSelectError(str(e)) from None
+
+
+def solve(problem_, method: str, time_limit: float):
+    from . import solve as solve_mod
+    try:
+        return solve_mod.solve(problem_, method=method, time_limit=time_limit)
+    except ValueError as e:        # e.g. dp on a graph that is not a tree: the user picked it
+        raise GraphSelectError(str(e)) from None
+
+
+# --- build -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Built:
+    label: str
+    assignment: object                 # costmodels.problem.Assignment
+    selection: dict                    # layer -> Candidate | layout (rewrite.apply's input)
+    module: object                     # the annotated Relax IRModule
+    executable: object                 # the compiled VM executable (or the loaded library)
+    library: Path | None = None        # the exported library it was loaded from, when cached
+
+    @property
+    def choice(self) -> tuple[int, ...]:
+        return tuple(self.assignment.choice)
+
+
+def build(imported: Imported, measured: Measured, label: str, assignment, s: Settings) -> Built:
+    """Rewrite and compile one assignment. With a record store, the compiled library is kept
+    under ``builds/`` beside it, keyed by the model's content, the choice, the code versions,
+    target and TVM, and loaded instead of compiled again by a later run."""
+    import tvm
+    from .codegen.lower import build as compile_module
+    from .measure import plan as plan_mod
+    from .rewrite.apply import apply
+    sel = plan_mod.selection_from(imported.lg, measured.plan, assignment.choice)
+    module = apply(imported.lg, sel, s.target)
+    cached = _build_path(imported, measured, assignment.choice, s)
+    if cached is not None and cached.exists():
+        try:
+            return Built(label, assignment, sel, module, tvm.runtime.load_module(str(cached)), cached)
+        except Exception:  # noqa: BLE001 - a damaged cache file is rebuilt
+            log.info("cached build %s could not be loaded; rebuilding", cached)
+    try:
+        ex = compile_module(module, s.target)
+    except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
+        raise BuildError(f"the {label} selection did not compile: {str(e).strip().splitlines()[-1][:300]}") from e
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f".{cached.stem}.{os.getpid()}.partial.so")
+            with _silence_stderr():
+                ex.export_library(str(tmp))
+            os.replace(tmp, cached)
+        except OSError as e:       # the cache is an optimisation: never fail the run for it
+            log.warning("could not keep the build in %s: %s", cached.parent, e)
+    return Built(label, assignment, sel, module, ex)
+
+
+def _build_path(imported: Imported, measured: Measured, choice, s: Settings) -> Path | None:
+    if s.cache is None:
+        return None
+    from . import candidates, codegen
+    code = "|".join([codegen.code_version()] + [candidates.code_version(f) for f in sorted(candidates.FAMILIES)])
+    key = hashlib.sha1(f"{imported.content_key}|{tuple(choice)}|{code}|{s.ctx.target}|{s.ctx.tvm}".encode()).hexdigest()
+    return s.cache.parent / "builds" / f"{key[:24]}.so"
+
+
+@contextlib.contextmanager
+def _silence_stderr():
+    """TVM logs a harmless "Scope Saving" warning per function while exporting."""
+    import sys
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def conv_symbols(imported: Imported, b: Built) -> dict[str, str]:
+    """PrimFunc symbol -> conv layer name, for the kernels of ``b`` (see rewrite.apply)."""
+    return {f"{name}_{c.family}": name for name, c in b.selection.items()
+            if imported.lg.layers[name].kind == "conv"}
+
+
+# --- verify and time end to end ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Checked:
+    errors: dict                       # label -> max relative error against onnxruntime
+    rounds: object                     # measure.e2e.Rounds (None without timing)
+    measured_ms: dict                  # label (and "onnxruntime") -> median ms
+
+
+def check(imported: Imported, built: list[Built], s: Settings) -> Checked:
+    from tvm import relax
+    import tvm
+    prep = imported.prepared
+    x = np.random.default_rng(0).standard_normal(prep.input_shape).astype("float32")
+    errs: dict[str, float] = {}
+    sess = None
+    if s.verify or s.benchmark_runs:
+        from .measure.e2e import ort_session
+        sess = ort_session(_with_shape(imported.original, prep).SerializeToString(), s.spec.threads)
+    if s.verify:
+        s.progress("verify", 0, 1, "comparing with onnxruntime")
+        ref = sess.run(None, {prep.input_name: x})[0]
+        for b in built:
+            got = relax.VirtualMachine(b.executable, tvm.cpu())["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+            if got.shape != ref.shape:
+                raise BuildError(f"output shape {got.shape} differs from onnxruntime's {ref.shape}")
+            e = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+            if not np.isfinite(e) or e > TOLERANCE:
+                raise BuildError(f"outputs of the {b.label} selection differ from onnxruntime: max relative "
+                                 f"error {e:.2e} > {TOLERANCE:g}")
+            errs[b.label] = e
+    if not s.benchmark_runs:
+        return Checked(errs, None, {})
+    from .measure.e2e import compare, ort_runner, vm_runner
+    s.progress("benchmark", 0, 1, f"timing end to end ({s.benchmark_runs} runs each)")
+    fns = {b.label: vm_runner(b.executable, x) for b in built}
+    fns["onnxruntime"] = ort_runner(sess, prep.input_name, x)
+    ts = compare(fns, runs=s.benchmark_runs)
+    return Checked(errs, ts, {k: ts.median(k) for k in fns})
+
+
+def _first_input(m) -> str:
+    inits = {i.name for i in m.graph.initializer}
+    return next(i.name for i in m.graph.input if i.name not in inits)
+
+
+def _with_shape(original, prepared):
+    """The user's model with the input shape graphselect used (for onnxruntime)."""
+    import onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(original)
+    for i in m.graph.input:
+        if i.name == prepared.input_name:
+            dims = i.type.tensor_type.shape.dim
+            for d, v in zip(dims, prepared.input_shape):
+                d.Clear()
+                d.dim_value = int(v)
+    return m
+
+
+def _model_name(model, proto) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        return Path(model).stem
+    return proto.graph.name or "model"
+
+
+class Stopwatch:
+    """Seconds per stage, for the report."""
+
+    def __init__(self):
+        self.t0 = self.last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = round(self.seconds.get(stage, 0.0) + now - self.last, 3)
+        self.last = now
+
+    def total(self) -> dict[str, float]:
+        return {**self.seconds, "total": round(time.perf_counter() - self.t0, 3)}
