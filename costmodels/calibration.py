@@ -33,7 +33,7 @@ import numpy as np
 # grid searched by fit(); the pull towards m = k = 1 decides where the data are flat
 M_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 LOG2_K_GRID = tuple(0.25 * i for i in range(-8, 13))     # k from 1/4 to 8
-PULL = 0.02                                                # loss per unit of (log2 k)^2 and (1 - m)^2
+PULL = 0.02          # loss per unit of (log2 k)^2 and (1 - m)^2, against the summed Huber loss of the kernels
 MIN_MS = 1e-4
 
 
@@ -89,7 +89,7 @@ class Calibration:
     model_other_scale: Mapping[str, float] = field(default_factory=dict)
     networks: int = 0                         # built networks the fit saw
     kernels: int = 0                          # kernel observations the fit saw
-    loss: float = 0.0                         # mean squared log error of the fit per kernel
+    loss: float = 0.0                         # the fit's loss (Huber on log errors, summed, plus the pull)
 
     @property
     def identity(self) -> bool:
@@ -168,7 +168,7 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
             for j in range(len(fams)):
                 logscale[j] = np.median(resid[fam_idx == j])
             err = resid - logscale[fam_idx]
-            loss = float(np.mean(_huber(err))) + PULL * (l2k ** 2 + (1 - m) ** 2)
+            loss = float(np.sum(_huber(err))) + PULL * (l2k ** 2 + (1 - m) ** 2)
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, m, k, logscale, share0)
     loss, m, k, logscale, share0 = best

@@ -342,7 +342,7 @@ class Checked:
     measured_ms: dict                  # label (and "onnxruntime") -> median ms
 
 
-def check(imported: Imported, built: list[Built], s: Settings) -> Checked:
+def check(imported: Imported, built: list[Built], s: Settings, store=None) -> Checked:
     from tvm import relax
     import tvm
     prep = imported.prepared
@@ -370,7 +370,8 @@ def check(imported: Imported, built: list[Built], s: Settings) -> Checked:
     s.progress("benchmark", 0, 1, f"timing end to end ({s.benchmark_runs} runs each)")
     fns = {b.label: vm_runner(b.executable, x) for b in built}
     fns["onnxruntime"] = ort_runner(sess, prep.input_name, x)
-    ts = compare(fns, runs=s.benchmark_runs)
+    probe = load_probe(s, store) if store is not None else None
+    ts = compare(fns, runs=s.benchmark_runs, quiet=probe.quiet if probe is not None else None)
     return Checked(errs, ts, {k: ts.median(k) for k in fns})
 
 

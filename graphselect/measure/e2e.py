@@ -69,12 +69,14 @@ class Rounds:
 
 
 def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int = BLOCK_CALLS,
-            pause: float = PAUSE_S) -> Rounds:
+            pause: float = PAUSE_S, quiet: Callable[[], bool] | None = None, waits: int = 20) -> Rounds:
     """Time every function ``runs`` times (at least): rounds of one ``block``-call block per
     function, the order reversed every other round. ``pause`` seconds idle come before the first
     block and before every block whose runtime is not the previous block's: a function's
     ``runtime`` attribute names it (``vm_runner``: "tvm", ``ort_runner``: "onnxruntime"; functions
-    of one runtime share its threads), and a function without one is its own runtime."""
+    of one runtime share its threads), and a function without one is its own runtime. With
+    ``quiet`` (a load probe), each round waits while it says the machine is loaded (half a second
+    at a time, ``waits`` times at most in all)."""
     rounds = max(3, -(-runs // block))
     per = max(1, -(-runs // rounds))
     out: dict[str, list[list[float]]] = {k: [] for k in fns}
@@ -82,6 +84,11 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
     runtime = {k: getattr(f, "runtime", k) for k, f in fns.items()}
     last = None
     for r in range(rounds):
+        if quiet is not None:
+            while not quiet() and waits > 0:
+                waits -= 1
+                time.sleep(0.5)
+            last = "tvm"          # the probe is a TVM kernel: its workers spin like a network's
         for k in (names if r % 2 == 0 else names[::-1]):
             if runtime[k] != last:
                 time.sleep(pause)

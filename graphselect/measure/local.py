@@ -26,7 +26,6 @@ import os
 import tempfile
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -100,13 +99,18 @@ def _compile(func, target):
     return tvm.compile(tvm.IRModule({"main": func}), target=target).mod
 
 
+class _Dead(Exception):
+    """The compiler process exited."""
+
+
 class _Worker:
     """One compiler process (``measure.compile_worker``) and its line protocol."""
+    COMMAND = ("-m", "graphselect.measure.compile_worker")     # after the interpreter
 
     def __init__(self):
         import subprocess
         import sys
-        self.proc = subprocess.Popen([sys.executable, "-m", "graphselect.measure.compile_worker"],
+        self.proc = subprocess.Popen([sys.executable, *self.COMMAND],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True, bufsize=1, env={**os.environ, "TVM_NUM_THREADS": "1"})
 
@@ -114,8 +118,11 @@ class _Worker:
         import json
         import select
         from .compile_worker import MARK
-        self.proc.stdin.write(json.dumps({"func": func_path, "target": target, "out": out}) + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps({"func": func_path, "target": target, "out": out}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:                  # the process is gone (broken pipe)
+            raise _Dead() from None
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -126,7 +133,7 @@ class _Worker:
                 continue
             line = self.proc.stdout.readline()
             if not line:
-                raise BrokenProcessPool()
+                raise _Dead()
             if line.startswith(MARK):
                 answer = json.loads(line[len(MARK):])
                 if "error" in answer:
@@ -196,21 +203,28 @@ class Builder:
         base = os.path.join(self._dir.name, f"k{self._n}")
         with open(base + ".json", "w") as f:
             f.write(tvm.ir.save_json(func))
-        w = self._free.get()
-        try:
-            path = w.request(base + ".json", target, base + ".so", COMPILE_TIMEOUT_S)
-            self._free.put(w)
-            return tvm.runtime.load_module(path)
-        except RuntimeError as e:
-            self._free.put(w)
-            return e
-        except (FutureTimeout, BrokenProcessPool) as e:
-            w.close()                       # hung or dead: a fresh process takes its place
-            fresh = _Worker()
-            self._all.append(fresh)
-            self._free.put(fresh)
-            return RuntimeError(f"the compiler did not finish within {COMPILE_TIMEOUT_S:.0f} s"
-                                if isinstance(e, FutureTimeout) else "the compiler process crashed")
+        for attempt in range(2):          # a process that died is replaced and the kernel tried once more
+            w = self._free.get()
+            if w.proc.poll() is not None:   # found dead before use: replace it, no attempt spent
+                w = self._replace(w)
+            try:
+                path = w.request(base + ".json", target, base + ".so", COMPILE_TIMEOUT_S)
+                self._free.put(w)
+                return tvm.runtime.load_module(path)
+            except (FutureTimeout, _Dead) as e:
+                self._free.put(self._replace(w))      # hung or dead: a fresh process takes its place
+                if isinstance(e, FutureTimeout):
+                    return RuntimeError(f"the compiler did not finish within {COMPILE_TIMEOUT_S:.0f} s")
+            except RuntimeError as e:
+                self._free.put(w)
+                return e
+        return RuntimeError("the compiler process crashed (twice)")
+
+    def _replace(self, w: _Worker) -> _Worker:
+        w.close()
+        fresh = _Worker()
+        self._all.append(fresh)
+        return fresh
 
     def compile_all(self, funcs: list) -> list:
         """Runtime module or the exception, per PrimFunc (in order)."""

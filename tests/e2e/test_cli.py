@@ -132,3 +132,25 @@ def test_optimize_refuses_a_thread_pool_of_another_size():
     assert out.returncode == 0, out.stderr
     assert "refused: TVM's thread pool already runs 1 thread(s)" in out.stdout
     assert "TVM_NUM_THREADS=2" in out.stdout
+
+
+def test_records_list_retime_and_drop(tmp_path):
+    r = run("optimize", "tiny", "-o", str(tmp_path / "out"), "--runs", "0", "--no-verify", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ls = run("records", "list", cwd=tmp_path)
+    assert ls.returncode == 0, ls.stderr
+    n = int(ls.stderr.split(" record(s)")[0].split()[-1])
+    assert n >= 20 and "conv2d n1 c16" in ls.stdout
+    assert run("records", "list", "--flagged", cwd=tmp_path).stderr.startswith("0 record(s)")
+    rt = run("records", "retime", "tiny", "--match", "s2x2", cwd=tmp_path)
+    assert rt.returncode == 0, rt.stderr
+    lines = [l for l in rt.stdout.splitlines() if "->" in l]
+    assert lines and all("s2x2" in l for l in lines)
+    assert "re-timed" in rt.stderr
+    dr = run("records", "drop", "--match", "s2x2", cwd=tmp_path)
+    assert dr.returncode == 0 and f"dropped {len(lines)} record(s)" in dr.stdout
+    assert "s2x2" not in run("records", "list", cwd=tmp_path).stdout
+    bad = run("records", "drop", cwd=tmp_path)
+    assert bad.returncode == 2 and "say what to drop" in bad.stderr
+    missing = run("records", "list", "--cache", str(tmp_path / "none.sqlite"), cwd=tmp_path)
+    assert missing.returncode == 2 and "no record store" in missing.stderr

@@ -67,3 +67,82 @@ def test_runtime_tag_keys_records_by_the_thread_pool_spin_count(monkeypatch, tmp
     store.put(Context(CTX.target, CTX.cpu, 2, "0.27.0"), Measurement("w", "c", 2.0, 1.0))
     assert store.get(Context(CTX.target, CTX.cpu, 2, tagged), "w", "c") is None
     assert store.get(Context(CTX.target, CTX.cpu, 2, "0.27.0"), "w", "c").cold_ms == 2.0
+
+
+def test_the_code_version_is_part_of_the_key():
+    s = RecordStore(None)
+    s.put(CTX, Measurement("w", "c", 1.0, 0.5, version="aaaa"))
+    assert s.get(CTX, "w", "c", "aaaa").cold_ms == 1.0
+    assert s.get(CTX, "w", "c", "bbbb") is None
+
+
+def test_a_changed_schedule_is_measured_again_not_reused():
+    """A record filed under an older code version is never handed to a job of the new one."""
+    from graphselect.measure.local import Job, measure
+    s = RecordStore(None)
+    s.put(CTX, Measurement("w", "c", 1.0, 1.0, version="old"))
+    built = []
+
+    def build():
+        built.append(1)
+        raise RuntimeError("not buildable")
+    out = measure([Job("w", "c", build, version="old")], target=None, ctx=CTX, store=s)
+    assert not built and out[("w", "c")].cold_ms == 1.0
+    out = measure([Job("w", "c", build, version="new")], target=None, ctx=CTX, store=s)
+    assert built and not out[("w", "c")].ok
+
+
+def test_code_version_follows_the_code_not_its_comments(tmp_path, monkeypatch):
+    import importlib
+    import sys
+    from graphselect.codehash import source_hash
+    monkeypatch.syspath_prepend(str(tmp_path))
+    versions = []
+    for i, src in enumerate(['"""doc"""\ndef f(x):\n    return x + 1\n',
+                             '"""other doc"""\n# a comment\ndef f(x):\n    """f."""\n    return x + 1\n',
+                             '"""doc"""\ndef f(x):\n    return x + 2\n']):
+        (tmp_path / f"fam{i}.py").write_text(src)
+        versions.append(source_hash(importlib.import_module(f"fam{i}")))
+        sys.modules.pop(f"fam{i}")
+    assert versions[0] == versions[1] != versions[2]
+    from graphselect import candidates
+    assert len({candidates.code_version(f) for f in candidates.FAMILIES}) == len(candidates.FAMILIES)
+
+
+def test_records_taken_under_load_are_stale():
+    from graphselect.measure.local import LOAD_FLAG, STALE_TOLERANCE, stale
+    quiet = 0.1
+    assert not stale(Measurement("w", "c", 1.0, 1.0, load=0.11), quiet)
+    assert stale(Measurement("w", "c", 1.0, 1.0, load=0.1 * STALE_TOLERANCE * 1.01), quiet)
+    assert stale(Measurement("w", "c", 1.0, 1.0, load=0.1, flag=f"{LOAD_FLAG} (x)"), quiet)
+    assert not stale(Measurement("w", "c", 1.0, 1.0, load=0.1, flag="warm 3 ms well above cold 1 ms"), quiet)
+    assert not stale(Measurement("w", "c", 1.0, 1.0, load=5.0), None)     # nothing to compare with yet
+
+
+def test_records_list_and_drop(tmp_path):
+    s = RecordStore(tmp_path / "r.sqlite")
+    s.put(CTX, Measurement("conv2d a", "nchwc(x)", 1.0, 1.0))
+    s.put(CTX, Measurement("conv2d b", "direct(y)", 1.0, 1.0, flag="timed under load (reference kernel 1.5x)"))
+    s.put(Context("t", "other cpu", 2, "0.27"), Measurement("conv2d a", "nchwc(x)", 2.0, 2.0))
+    assert len(s.records(CTX)) == 2 and len(s.records()) == 3
+    assert [r["candidate"] for r in s.records(CTX, flagged=True)] == ["direct(y)"]
+    assert [r["workload"] for r in s.records(None, match="nchwc")] == ["conv2d a", "conv2d a"]
+    assert s.delete(CTX, flagged=True) == 1 and len(s.records(CTX)) == 1
+    assert s.delete(CTX, key=("conv2d a", "nchwc(x)", "")) == 1 and s.records(CTX) == []
+    assert len(s.records()) == 1                       # the other machine's record stays
+
+
+def test_network_observations_roundtrip_per_context(tmp_path):
+    from costmodels.calibration import KernelObservation, NetworkObservation
+    s = RecordStore(tmp_path / "r.sqlite")
+    net = NetworkObservation("n1", "model", 123, 5.0, 30, 4.0, 0.9, 0.7, 0.5)
+    ks = [KernelObservation("n1", ("w", "c"), "nchwc", 0.5, 0.4, 0.55),
+          KernelObservation("n1", ("w2", "c2"), "winograd", float("inf"), 0.4, 0.3)]
+    s.put_network(CTX, net, ks, content="abc", choice=(0, 2, 1))
+    s.close()
+    s = RecordStore(tmp_path / "r.sqlite")
+    nets, kernels = s.networks(CTX)
+    assert nets == [net] and kernels == ks
+    assert s.networks(Context("t", "other cpu", 2, "0.27")) == ([], [])
+    assert s.assignments(CTX, "abc") == [(0, 2, 1)] and s.assignments(CTX, "other") == []
+    assert s.forget_networks(CTX) == 1 and s.networks(CTX) == ([], [])

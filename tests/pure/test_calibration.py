@@ -1,0 +1,154 @@
+"""costmodels.calibration: the fit recovers what synthetic networks were made with, and the
+calibrated Problem prices what the fit learned."""
+import math
+
+import numpy as np
+import pytest
+
+from costmodels.calibration import Calibration, KernelObservation, NetworkObservation, fit
+from costmodels.table import EdgeTable, LayerTable, MissingMeasurement, Option, Timing, build_problem, other_costs
+
+MiB = 1 << 20
+
+
+def _net(name, kernels, *, footprint, launch=0.0, other=(0.2, 0.1), other_scale=1.0, model="m"):
+    """A network whose conv kernels took ``innet`` ms and whose other kernels took
+    ``other_scale`` times their cold sum (one other kernel)."""
+    conv = sum(k.innet_ms for k in kernels)
+    other_ms = other_scale * other[0]
+    calls = len(kernels) + 1
+    e2e = conv + other_ms + launch * calls
+    return NetworkObservation(name, model, footprint, e2e, calls, conv, other_ms, other[0], other[1])
+
+
+def _kernels(net, rng, scale, *, share=0.0, n=12, family="nchwc"):
+    out = []
+    for i in range(n):
+        cold = float(rng.uniform(0.05, 1.0))
+        warm = cold * float(rng.uniform(0.5, 0.9))
+        t = scale * (cold + share * (warm - cold))
+        out.append(KernelObservation(net, (f"w{i}", family), family, cold, warm, t))
+    return out
+
+
+def test_no_observations_is_the_identity():
+    cal = fit([], [], budget=10 * MiB, steps=())
+    assert cal.identity and cal == Calibration()
+    assert cal.kernel(("w", "c"), "nchwc", 1.0, 0.5) == (1.0, 0.5)
+    assert cal.budget(10 * MiB, ((12 * MiB, 0.5),)) == (10 * MiB, ((12 * MiB, 0.5),))
+
+
+def test_family_scale_and_launch_are_recovered():
+    rng = np.random.default_rng(0)
+    ks = _kernels("n1", rng, 1.3) + _kernels("n1", rng, 0.9, family="winograd")
+    net = _net("n1", ks, footprint=100 * MiB, launch=0.004, other_scale=1.5)
+    cal = fit(ks, [net], budget=10 * MiB, steps=())          # far beyond the budget: cold
+    assert cal.family_scale["nchwc"] == pytest.approx(1.3, rel=0.02)
+    assert cal.family_scale["winograd"] == pytest.approx(0.9, rel=0.02)
+    assert cal.launch_ms == pytest.approx(0.004, rel=0.05)
+    # a kernel seen in the network gets its own scale; an unseen one its family's
+    cold, warm = cal.kernel(ks[0].key, "nchwc", ks[0].cold_ms, ks[0].warm_ms)
+    assert cold == pytest.approx(ks[0].innet_ms + cal.launch_ms, rel=1e-6)
+    cold, _ = cal.kernel(("unseen", "nchwc"), "nchwc", 1.0, 0.5)
+    assert cold == pytest.approx(1.3 + cal.launch_ms, rel=0.02)
+    # other kernels: 1.5x their isolated time, plus their launches
+    c, _ = cal.other("m", 0.2, 0.1)
+    assert c == pytest.approx(1.5 * 0.2 + cal.launch_ms, rel=0.05)
+
+
+def test_a_network_running_warm_beyond_the_budget_stretches_the_capacity():
+    """The Xeon case: the isolated model says 'cold' (footprint 2x the budget), the network runs
+    its kernels warm; the fit puts the effective cache beyond the footprint."""
+    rng = np.random.default_rng(1)
+    budget = 80 * MiB
+    ks = _kernels("big", rng, 1.0, share=1.0, n=30)
+    net = _net("big", ks, footprint=int(1.4 * budget))
+    cal = fit(ks, [net], budget=budget, steps=((int(1.1 * budget), 0.5),))
+    assert cal.capacity * budget >= 1.4 * budget
+    new_budget, _ = cal.budget(budget, ((int(1.1 * budget), 0.5),))
+    assert new_budget >= int(1.4 * budget)
+    # the calibrated Problem now prices this network warm
+    k = ks[0]
+    _, warm = cal.kernel(k.key, k.family, k.cold_ms, k.warm_ms)
+    assert warm == pytest.approx(k.warm_ms + cal.launch_ms, rel=0.05)
+
+
+def test_kernels_that_run_cold_inside_the_budget_lower_the_warm_share():
+    """The Zen 5 MobileNetV2 case: weights fit the budget, kernels run at their cold times."""
+    rng = np.random.default_rng(2)
+    ks = _kernels("small", rng, 1.0, share=0.0, n=30)
+    net = _net("small", ks, footprint=5 * MiB)
+    cal = fit(ks, [net], budget=25 * MiB, steps=())
+    assert cal.warm_max < 0.2
+    k = ks[3]
+    _, warm = cal.kernel(("unseen", k.family), k.family, k.cold_ms, k.warm_ms)
+    assert warm == pytest.approx(k.cold_ms, rel=0.1)
+
+
+def test_flat_data_keep_the_uncalibrated_residency():
+    """Where warm equals cold the data cannot tell m or k: the pull keeps both at 1."""
+    ks = [KernelObservation("n", (f"w{i}", "f"), "f", 1.0, 1.0, 1.0) for i in range(5)]
+    cal = fit(ks, [_net("n", ks, footprint=MiB)], budget=10 * MiB)
+    assert cal.warm_max == 1.0 and cal.capacity == 1.0
+
+
+def _tables():
+    layers = [LayerTable("input", "input", (Option("input", (), "NCHW"),)),
+              LayerTable("conv0", "conv", (Option("a", ("NCHW",), "NCHW", ("c0", "a"), family="direct",
+                                                  weight_bytes=MiB),
+                                           Option("b", ("NCHW",), "NCHW8c", ("c0", "b"), (("epi", "x"),),
+                                                  family="nchwc", weight_bytes=2 * MiB))),
+              LayerTable("relu", "agnostic", (Option("NCHW", ("NCHW",), "NCHW", ("r", "NCHW")),
+                                              Option("NCHW8c", ("NCHW8c",), "NCHW8c", ("r", "NCHW8c")))),
+              LayerTable("output", "output", (Option("output", ("NCHW",), None),))]
+    edges = [EdgeTable(0, 1, 0), EdgeTable(1, 2, 0, {("NCHW8c", "NCHW"): ("t", "8c->nchw"),
+                                                      ("NCHW", "NCHW8c"): ("t", "nchw->8c")}),
+             EdgeTable(2, 3, 0, {("NCHW8c", "NCHW"): ("t2", "8c->nchw")})]
+    timings = {("c0", "a"): Timing(1.0, 0.6), ("c0", "b"): Timing(0.5, 0.3), ("epi", "x"): Timing(0.1, 0.05),
+               ("r", "NCHW"): Timing(0.2, 0.1), ("r", "NCHW8c"): Timing(0.2, 0.1),
+               ("t", "8c->nchw"): Timing(0.07, 0.02), ("t", "nchw->8c"): Timing(0.07, 0.02),
+               ("t2", "8c->nchw"): Timing(0.03, 0.01)}
+    return layers, edges, timings
+
+
+def test_build_problem_prices_options_from_their_records():
+    layers, edges, timings = _tables()
+    p = build_problem(layers, edges, timings)
+    # conv b's unfused epilogue is part of its cost; transforms sit on the edges
+    assert p.nodes[1].choices[1].cost == pytest.approx(0.6) and p.nodes[1].choices[1].warm_cost == pytest.approx(0.35)
+    assert p.evaluate((0, 1, 1, 0)) == pytest.approx(0.6 + 0.2 + 0.03)
+    assert p.evaluate((0, 0, 1, 0)) == pytest.approx(1.0 + 0.07 + 0.2 + 0.03)
+    assert other_costs(layers, edges, timings, (0, 1, 1, 0)) == pytest.approx((0.1 + 0.2 + 0.03, 0.05 + 0.1 + 0.03))
+
+
+def test_a_missing_measurement_is_an_error_not_a_free_option():
+    layers, edges, timings = _tables()
+    del timings[("epi", "x")]
+    with pytest.raises(MissingMeasurement, match="conv0.*epi"):
+        build_problem(layers, edges, timings)
+    layers, edges, timings = _tables()
+    del timings[("t", "nchw->8c")]
+    with pytest.raises(MissingMeasurement, match="edge conv0 -> relu"):
+        build_problem(layers, edges, timings)
+
+
+def test_a_failed_measurement_makes_the_option_unusable():
+    layers, edges, timings = _tables()
+    timings[("c0", "b")] = Timing(math.inf, math.inf)
+    p = build_problem(layers, edges, timings)
+    assert p.nodes[1].choices[1].cost == math.inf
+
+
+def test_calibration_reprices_the_problem():
+    layers, edges, timings = _tables()
+    cal = Calibration(warm_max=0.5, capacity=2.0, launch_ms=0.01, family_scale={"nchwc": 2.0},
+                      kernel_scale={("c0", "a"): 0.5}, other_scale=3.0, networks=1)
+    p = build_problem(layers, edges, timings, cache_bytes=4 * MiB, partial=((5 * MiB, 0.5),), calibration=cal)
+    assert p.cache_bytes == 8 * MiB and p.partial == ((10 * MiB, 0.5),)
+    a = p.nodes[1].choices[0]
+    assert a.cost == pytest.approx(0.5 * 1.0 + 0.01)
+    assert a.warm_cost == pytest.approx(0.5 * (1.0 + 0.5 * (0.6 - 1.0)) + 0.01)
+    b = p.nodes[1].choices[1]               # family scale, plus the epilogue at the other scale
+    assert b.cost == pytest.approx(2.0 * 0.5 + 0.01 + 3.0 * 0.1)
+    assert p.nodes[2].choices[0].cost == pytest.approx(3.0 * 0.2)
+    assert p.edges[1].transform[("NCHW8c", "NCHW")] == pytest.approx(3.0 * 0.07)

@@ -1,0 +1,83 @@
+"""In-network timing (measure.innet) and the compiler workers (measure.local.Builder)."""
+import numpy as np
+
+import graphselect
+import models
+from graphselect.measure.innet import BUILTIN_PREFIX, quiet_rounds, time_networks
+from graphselect.measure.local import Builder, TimingConfig
+
+QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
+
+
+def test_every_kernel_call_is_timed_in_place():
+    r = graphselect.optimize(models.build("tiny"), cache=None, benchmark_runs=0, timing=QUICK)
+    ex = r.build()
+    x = np.random.default_rng(0).standard_normal(r.input_shape).astype("float32")
+    t = time_networks({"a": ex, "b": ex}, x, rounds=4)
+    for name in ("a", "b"):
+        nt = t[name]
+        symbols = [c.symbol for c in nt.calls]
+        convs = {f"{n}_{c.family}" for n, c in r.extra["selection"].by_label(r.extra["selection"].label).selection.items()
+                 if r.extra["lg"].layers[n].kind == "conv"}
+        assert convs <= set(symbols)                       # every conv kernel, by its PrimFunc's symbol
+        assert not any(s.startswith(BUILTIN_PREFIX) for s in symbols)
+        assert all(c.ms >= 0 for c in nt.calls) and nt.overhead_ms >= 0 and nt.e2e_ms > 0
+        # the hook's overhead is taken out: kernels plus builtins do not exceed the plain time
+        assert nt.kernel_ms > 0 and nt.kernel_ms + nt.builtin_ms <= nt.e2e_ms * 1.02 + 1e-3
+        assert nt.instrumented_ms >= nt.e2e_ms * 0.9
+        assert 1 <= nt.rounds <= 4
+
+
+def test_quiet_rounds_drop_the_slow_spells():
+    e2e = {"a": [1.0, 1.6, 1.0, 1.7, 1.05, 1.0], "b": [2.0, 3.1, 2.1, 3.3, 2.0, 2.0]}
+    keep = quiet_rounds(e2e)
+    assert 1 not in keep and 3 not in keep and len(keep) >= 3
+
+
+def _kernel(target):
+    from graphselect.candidates import nchwc
+    from graphselect.graph.layers import ConvSpec
+    spec = ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1), bias=True, clip_lo=0.0)
+    return nchwc.build(nchwc.propose(spec)[0], spec, target, "main")
+
+
+def _run(mod, func):
+    import tvm
+    args = [tvm.runtime.tensor(np.random.default_rng(0).standard_normal([int(s) for s in p.ty.shape])
+                               .astype("float32")) for p in func.params]
+    mod["main"](*args)
+    return args[-1].numpy()
+
+
+def test_workers_compile_what_this_process_would():
+    from graphselect.target import parse_target
+    target = parse_target("llvm").tvm_target()
+    f = _kernel(target)
+    with Builder(target, workers=2) as remote:
+        a, b = remote.compile_all([f, f])
+    local = Builder(target, workers=1).compile_all([f])[0]
+    assert np.array_equal(_run(a, f), _run(local, f)) and np.array_equal(_run(b, f), _run(local, f))
+
+
+def test_a_dead_compiler_is_replaced_and_the_kernel_tried_again():
+    from graphselect.target import parse_target
+    target = parse_target("llvm").tvm_target()
+    f = _kernel(target)
+    with Builder(target, workers=2) as builder:
+        builder.compile_all([f])
+        for w in builder._all:
+            w.proc.kill()
+            w.proc.wait()
+        out = builder.compile_all([f, f])
+        assert not any(isinstance(o, Exception) for o in out)
+
+
+def test_a_compiler_that_always_dies_makes_failed_kernels_not_a_dead_run(monkeypatch):
+    from graphselect.measure import local
+    from graphselect.target import parse_target
+    target = parse_target("llvm").tvm_target()
+    f = _kernel(target)
+    monkeypatch.setattr(local._Worker, "COMMAND", ("-c", "import sys; sys.exit(3)"))
+    with Builder(target, workers=2) as builder:
+        out = builder.compile_all([f, f, f])
+    assert all(isinstance(o, RuntimeError) and "crashed" in str(o) for o in out)
