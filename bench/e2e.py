@@ -1,19 +1,24 @@
-"""End-to-end latency, one process, same input and thread count for every peer:
+"""End-to-end latency and prediction, one process, same input and thread count for every peer:
 
-  tvm-default   TVM's own Relax pipeline (from_onnx -> tvm.compile, no scheduling)
+  tvm-default   TVM's own Relax pipeline (from_onnx -> tvm.compile, no scheduling), with --tvm-default
   uniform       every conv in the best single NCHW[b]c blocking (b picked by predicted time)
-  greedy        per-layer fastest candidate, layouts fixed up locally
-  graphselect   the CP-SAT whole-graph selection
+  greedy        per-layer fastest candidate with warm weights, layouts fixed up locally
+  graphselect   what ``graphselect.optimize`` returns (the closed loop's final assignment)
   onnxruntime   CPU execution provider
 
-Usage: python bench/e2e.py MODEL [MODEL...] [--runs 30] [--threads 2] [--default-runs 30]
-                           [--image-size N] [--sparsity 0.7] [--skip-default]
+Usage: python bench/e2e.py MODEL [MODEL...] [--runs 60] [--threads 2] [--batch 1] [--image-size N]
+                           [--sparsity 0.7] [--tvm-default] [--tag TEXT]
        python bench/e2e.py --summarize bench/results/e2e-*.json   (one table of earlier runs)
 
-Each peer runs short blocks of calls (warm-up first) in interleaved rounds (graphselect.measure.e2e).
-Times are medians over all calls; ratios (to onnxruntime, greedy / graphselect) are medians over
-rounds of the ratio within the round, so a slow spell of the machine between rounds does not move
-them. Results: printed, and saved under bench/results/.
+Each model is optimized as a user runs it (default record store, so calibration from earlier
+models on this machine is reused), then the peers are timed in short blocks of calls in
+interleaved rounds (graphselect.measure.e2e). Times are medians over all calls and over the quiet
+rounds (lower quartile of the round medians); ratios (to onnxruntime, greedy / graphselect) are
+medians over rounds of the ratio within the round, so a slow spell of the machine between rounds
+does not move them. Per model the row also records what optimize itself saw: its calibrated
+prediction, its end-to-end check (median and quiet rounds), and how the returned assignment
+compares, round by round, with the fastest assignment optimize built and timed. Results:
+printed, and saved under bench/results/ with the CPU's name.
 """
 from __future__ import annotations
 
@@ -52,21 +57,28 @@ def uniform_choice(problem, lg, plan, block: int):
     return tuple(choice)
 
 
+def cpu_name() -> str:
+    from graphselect.target import cpu_model
+    return cpu_model()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="*")
     ap.add_argument("--summarize", nargs="+", metavar="JSON", default=None,
                     help="print one table (and the median prediction errors) of earlier result files")
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--default-runs", type=int, default=30, help="runs for TVM's unscheduled default pipeline")
+    ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--image-size", type=int, default=None)
-    ap.add_argument("--skip-default", action="store_true")
+    ap.add_argument("--tvm-default", action="store_true", help="also time TVM's unscheduled default pipeline")
+    ap.add_argument("--default-runs", type=int, default=10)
     ap.add_argument("--sparsity", type=float, default=None,
                     help="zoo models: magnitude-prune every conv to this sparsity first")
+    ap.add_argument("--tag", default="", help="appended to the result file names")
     a = ap.parse_args()
     if a.summarize:
-        print(_table([_with_quiet(r) for f in a.summarize for r in json.loads(Path(f).read_text())]))
+        print(_table([r for f in a.summarize for r in json.loads(Path(f).read_text())]))
         return
     if not a.models:
         ap.error("name at least one model (or --summarize result files)")
@@ -77,134 +89,139 @@ def main():
 
     import graphselect
     import models
-    from graphselect.measure import plan as plan_mod
+    from graphselect import pipeline
     from graphselect.measure.e2e import compare, median, ort_runner, ort_session, time_calls, vm_runner
-    from graphselect.rewrite.apply import apply
-    from graphselect.codegen.lower import build
 
     rows = []
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for name in a.models:
         t0 = time.perf_counter()
         if name in models.ZOO:
-            m = models.build(name, image_size=a.image_size, sparsity=a.sparsity)
-            if a.sparsity:
-                name = f"{name} ({a.sparsity:.0%} pruned)"
+            m = models.build(name, batch=a.batch, image_size=a.image_size, sparsity=a.sparsity)
+            label = name + (f" ({a.sparsity:.0%} pruned)" if a.sparsity else "") + \
+                (f" batch {a.batch}" if a.batch != 1 else "")
         else:
             m = __import__("onnx").load(name)
-        # as a user runs it: the solver's assignment and its alternatives are built and timed
-        # end to end inside optimize, and the fastest is kept
-        res = graphselect.optimize(m, threads=a.threads, benchmark_runs=max(10, a.runs // 2), name=name)
+            label = Path(name).stem
+        res = graphselect.optimize(m, threads=a.threads, name=label)
         t_opt = time.perf_counter() - t0
-        ex = res.extra
-        lg, plan, problem = ex["lg"], ex["plan"], ex["problem"]
-        target = res.target
+        rep, ex = res.report, res.extra
+        sel, lg, plan = ex["selection"], ex["lg"], ex["plan"]
+        iso, prob = sel.isolated, sel.problem
         x = np.random.default_rng(0).standard_normal(res.input_shape).astype("float32")
         sess = ort_session(m.SerializeToString(), a.threads)
-
-        def build_choice(choice):
-            return build(apply(lg, plan_mod.selection_from(lg, plan, choice), target), target)
-
-        kept = next(x for x in res.report["alternatives"] if x["chosen"])
-        unis = {b: uniform_choice(problem, lg, plan, b) for b in (16, 32)}
-        ub = min(unis, key=lambda b: problem.evaluate(unis[b]))
-        peers = {"uniform": build_choice(unis[ub]), "greedy": build_choice(ex["greedy"].choice),
-                 "graphselect": res.build()}
+        unis = {b: uniform_choice(iso, lg, plan, b) for b in (16, 32)}
+        ub = min(unis, key=lambda b: iso.evaluate(unis[b]))
+        s = pipeline.settings(threads=a.threads, benchmark_runs=0)
+        imported, measured = ex["imported"], ex["measured"]
+        greedy = next((b for b in sel.built if b.choice == tuple(sel.greedy.choice)), None) or \
+            pipeline.build(imported, measured, "greedy", sel.greedy, s)
+        uniform = pipeline.build(imported, measured, "uniform", type(sel.greedy)(unis[ub], 0.0, "uniform", False), s)
+        peers = {"uniform": uniform.executable, "greedy": greedy.executable, "graphselect": res.build()}
         fns = {k: vm_runner(v, x) for k, v in peers.items()}
         fns["onnxruntime"] = ort_runner(sess, res.input_name, x)
         ts = compare(fns, runs=a.runs)
         t = {k: ts.median(k) for k in fns}
+        quiet = {k: _quiet(ts.ms[k]) for k in fns}
         ratio = {k: ts.ratio(k, "onnxruntime") for k in fns}
-        if not a.skip_default:
+        if a.tvm_default:
             dmod = from_onnx(m, shape_dict={res.input_name: list(res.input_shape)})
-            dex = tvm.compile(dmod, target=target)
+            dex = tvm.compile(dmod, target=res.target)
             t["tvm-default"] = median(time_calls(vm_runner(dex, x), a.default_runs, warmup=1))
             ratio["tvm-default"] = t["tvm-default"] / t["onnxruntime"]     # not interleaved
-        row = {"model": name, "input": list(res.input_shape), "threads": a.threads, "runs": a.runs,
-               "uniform_block": ub, "optimize_s": round(t_opt, 1),
-               "predicted_ms": {"uniform": problem.evaluate(unis[ub]), "greedy": ex["greedy"].cost,
-                                "graphselect": kept["predicted_ms"]},
-               "ms": t, "ratio_to_ort": ratio, "greedy_over_graphselect": ts.ratio("greedy", "graphselect"),
+        alts = rep["alternatives"]
+        chosen = next(x for x in alts if x["chosen"])
+        fastest = min(alts, key=lambda x: x["relative_to_chosen"] if x["relative_to_chosen"] is not None else 9)
+        row = {"model": label, "input": list(res.input_shape), "threads": a.threads, "runs": a.runs,
+               "cpu": cpu_name(), "uniform_block": ub, "optimize_s": round(t_opt, 1),
+               "stage_seconds": rep["stage_seconds"], "records": {k: rep["records"][k] for k in ("jobs", "reused")},
+               "rounds": len(rep["loop"]["rounds"]), "converged": rep["loop"]["converged"],
+               "calibration": rep["calibration"],
+               "predicted_ms": {"graphselect": rep["predicted_e2e_ms"],
+                                "graphselect_isolated": rep["isolated_predicted_e2e_ms"],
+                                "greedy": prob.evaluate(sel.greedy.choice), "uniform": prob.evaluate(unis[ub])},
+               "optimize_check_ms": {"median": rep["measured_e2e_ms"], "quiet": rep["measured_quiet_ms"]},
+               # how the returned assignment compares with the fastest optimize built (> 1: slower)
+               "returned_over_fastest": round(1.0 / fastest["relative_to_chosen"], 4)
+               if fastest["relative_to_chosen"] else None,
+               "fastest_built": fastest["label"], "returned": chosen["label"],
+               "ms": t, "quiet_ms": quiet, "ratio_to_ort": ratio,
+               "greedy_over_graphselect": ts.ratio("greedy", "graphselect"),
                "round_medians_ms": {k: [round(median(b), 4) for b in ts.ms[k]] for k in fns},
-               "max_rel_err": res.report["max_rel_err"],
-               "optimize_alternatives": res.report.get("alternatives"),
-               "kept": kept["label"],
-               "footprint_mib": {"greedy": problem.footprint(ex["greedy"].choice) / 2**20,
-                                 "graphselect": res.report["cache"]["footprint_bytes"] / 2**20}}
-        row = _with_quiet(row)
+               "max_rel_err": rep["max_rel_err"], "optimize_alternatives": alts,
+               "loop": rep["loop"],
+               "footprint_mib": {"greedy": iso.footprint(sel.greedy.choice) / 2**20,
+                                 "graphselect": rep["cache"]["footprint_bytes"] / 2**20}}
         rows.append(row)
         print(_line(row), flush=True)
+        _save(rows, stamp, a.tag)
+    print()
+    print(_table(rows))
 
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+def _save(rows, stamp, tag):
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    (out / f"e2e-{stamp}.json").write_text(json.dumps(rows, indent=1))
-    md = _table(rows)
-    (out / f"e2e-{stamp}.md").write_text(md)
-    print()
-    print(md)
+    base = out / f"e2e-{stamp}{('-' + tag) if tag else ''}"
+    base.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    base.with_suffix(".md").write_text(_table(rows))
+
+
+def _quiet(blocks) -> float:
+    meds = [float(np.median(b)) for b in blocks]
+    return float(np.percentile(meds, 25)) if meds else float("nan")
 
 
 PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime")
 
 
+def _err(p, m):
+    return (p - m) / m if p and m else float("nan")
+
+
 def _line(r):
-    return f"{r['model']}: " + "  ".join(f"{k} {r['ms'][k]:.3f} ms ({r['ratio_to_ort'][k]:.2f}x)"
-                                          for k in PEERS if k in r["ms"]) + f"  [kept: {r.get('kept')}]"
+    return (f"{r['model']}: " + "  ".join(f"{k} {r['ms'][k]:.3f} ms ({r['ratio_to_ort'][k]:.2f}x)"
+                                          for k in PEERS if k in r["ms"])
+            + f"  [predicted {r['predicted_ms']['graphselect']:.3f} ms, "
+              f"{100 * _err(r['predicted_ms']['graphselect'], r['quiet_ms']['graphselect']):+.1f}% vs quiet; "
+              f"returned/fastest built {r['returned_over_fastest']}; optimize {r['optimize_s']:.0f} s]")
 
 
 def _table(rows):
-    head = ("| model | " + " | ".join(f"{p} ms (x ORT)" for p in PEERS) +
-            " | greedy / graphselect | graphselect predicted ms (error; vs quiet rounds)"
-            " | footprint MiB greedy / graphselect"
-            " | max rel err |")
-    sep = "|" + "---|" * (len(PEERS) + 5)
-    err = _errors(rows)
-    lines = [head, sep]
-    for r in rows:
-        cells = []
-        for p in PEERS:
-            v = r["ms"].get(p)
-            cells.append("—" if v is None or not math.isfinite(v) else f"{v:.3f} ({r['ratio_to_ort'][p]:.3f})")
-        gs = r["ms"].get("graphselect")
-        fp = r.get("footprint_mib", {})
-        inp = r.get("input") or []
-        size = f" {inp[2]}x{inp[3]}" if len(inp) == 4 else ""
-        # older result files: the ratio of medians (rounds were not compared one by one then)
-        g_gs = r.get("greedy_over_graphselect") or r["ms"]["greedy"] / gs
-        lines.append(f"| {r['model']}{size} | " + " | ".join(cells) +
-                     f" | {g_gs:.3f}x | {r['predicted_ms']['graphselect']:.3f} "
-                     f"({100 * (r['predicted_ms']['graphselect'] - gs) / gs:+.0f}%; "
-                     f"{_signed(r, 'graphselect_quiet_ms')}) | "
-                     f"{fp.get('greedy', float('nan')):.1f} / {fp.get('graphselect', float('nan')):.1f} | "
-                     f"{r['max_rel_err']:.1e} |")
-    if err["median"]:
-        lines += ["", f"Median absolute prediction error over {len(rows)} model(s): "
-                      f"{100 * float(np.median(err['median'])):.1f}% against the median of all calls"
-                      + (f"; {100 * float(np.median(err['quiet'])):.1f}% against the quiet rounds (lower "
-                         f"quartile of the round medians, {len(err['quiet'])} model(s) with round data)"
-                         if err["quiet"] else "")]
+    old = [r for r in rows if "quiet_ms" not in r]
+    rows = [r for r in rows if "quiet_ms" in r]
+    lines = []
+    if rows:
+        cpu = sorted({r.get("cpu", "?") for r in rows})
+        lines += [f"CPU: {', '.join(cpu)}", "",
+                  "| model | input | graphselect ms (x ORT) | onnxruntime ms | greedy / graphselect | uniform x ORT | "
+                  "predicted ms | error vs quiet | error vs median | optimize's check: error vs quiet | "
+                  "returned / fastest built | rounds | optimize s (measure, select) | max rel err |",
+                  "|" + "---|" * 14]
+        for r in rows:
+            p = r["predicted_ms"]["graphselect"]
+            chk = r.get("optimize_check_ms") or {}
+            st = r.get("stage_seconds") or {}
+            inp = "x".join(map(str, r.get("input") or []))
+            lines.append(
+                f"| {r['model']} | {inp} | {r['ms']['graphselect']:.3f} ({r['ratio_to_ort']['graphselect']:.3f}) | "
+                f"{r['ms']['onnxruntime']:.3f} | {r['greedy_over_graphselect']:.3f}x | "
+                f"{r['ratio_to_ort']['uniform']:.3f} | {p:.3f} | "
+                f"{100 * _err(p, r['quiet_ms']['graphselect']):+.1f}% | {100 * _err(p, r['ms']['graphselect']):+.1f}% | "
+                f"{100 * _err(p, chk.get('quiet')):+.1f}% | {r['returned_over_fastest']} | "
+                f"{r['rounds']}{'' if r['converged'] else ' (limit)'} | "
+                f"{r['optimize_s']:.0f} ({st.get('measure', float('nan')):.0f}, {st.get('select', float('nan')):.0f}) | "
+                f"{r['max_rel_err']:.1e} |")
+        eq = [abs(_err(r["predicted_ms"]["graphselect"], r["quiet_ms"]["graphselect"])) for r in rows]
+        em = [abs(_err(r["predicted_ms"]["graphselect"], r["ms"]["graphselect"])) for r in rows]
+        worst = max(r["returned_over_fastest"] or 1.0 for r in rows)
+        lines += ["", f"{len(rows)} model(s): median |prediction error| {100 * float(np.median(eq)):.1f}% against the "
+                      f"quiet rounds (max {100 * max(eq):.1f}%), {100 * float(np.median(em)):.1f}% against the median "
+                      f"of all calls (max {100 * max(em):.1f}%); returned assignment at most {worst:.3f}x the "
+                      f"fastest one optimize built"]
+    if old:
+        lines += ["", f"({len(old)} row(s) from result files of the earlier format not shown)"]
     return "\n".join(lines) + "\n"
-
-
-def _with_quiet(r):
-    rm = (r.get("round_medians_ms") or {}).get("graphselect")
-    if rm and not r.get("graphselect_quiet_ms"):
-        r = dict(r, graphselect_quiet_ms=float(np.percentile(rm, 25)))
-    return r
-
-
-def _signed(r, key):
-    v = r.get(key)
-    return "—" if not v else f"{100 * (r['predicted_ms']['graphselect'] - v) / v:+.0f}%"
-
-
-def _errors(rows):
-    """Absolute relative prediction errors of graphselect's kept assignment, against the median of
-    all calls and against the quiet rounds (older result files lack the latter)."""
-    p = [r["predicted_ms"]["graphselect"] for r in rows]
-    return {"median": [abs(a - r["ms"]["graphselect"]) / r["ms"]["graphselect"] for a, r in zip(p, rows)],
-            "quiet": [abs(a - r["graphselect_quiet_ms"]) / r["graphselect_quiet_ms"]
-                      for a, r in zip(p, rows) if r.get("graphselect_quiet_ms")]}
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ M_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 LOG2_K_GRID = tuple(0.25 * i for i in range(-8, 13))     # k from 1/4 to 8
 PULL = 0.02          # loss per unit of (log2 k)^2 and (1 - m)^2, against the summed Huber loss of the kernels
 MIN_MS = 1e-4
+RECENT = 3            # per kernel and per model, the scales are medians of the newest observations
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Calibration:
     kernel_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)
     other_scale: float = 1.0                  # machine-wide median
     model_other_scale: Mapping[str, float] = field(default_factory=dict)
+    model_launch: Mapping[str, float] = field(default_factory=dict)
     networks: int = 0                         # built networks the fit saw
     kernels: int = 0                          # kernel observations the fit saw
     loss: float = 0.0                         # the fit's loss (Huber on log errors, summed, plus the pull)
@@ -98,13 +100,17 @@ class Calibration:
     def scale_of(self, key: tuple[str, str], family: str) -> float:
         return self.kernel_scale.get(tuple(key), self.family_scale.get(family, 1.0))
 
+    def launch(self, model: str = "") -> float:
+        return self.model_launch.get(model, self.launch_ms)
+
     def kernel(self, key: tuple[str, str], family: str, cold_ms: float, warm_ms: float,
-               calls: int = 1) -> tuple[float, float]:
+               calls: int = 1, model: str = "") -> tuple[float, float]:
         """Calibrated (cold, warm) of one conv option: blending them by the Problem's share gives
         ``scale * blend(cold, warm, warm_max * share) + calls * launch``."""
         sc = self.scale_of(key, family)
         warm_eff = _blend(cold_ms, warm_ms, self.warm_max)
-        return sc * cold_ms + calls * self.launch_ms, sc * warm_eff + calls * self.launch_ms
+        lc = calls * self.launch(model)
+        return sc * cold_ms + lc, sc * warm_eff + lc
 
     def other(self, model: str, cold_ms: float, warm_ms: float) -> tuple[float, float]:
         """Calibrated (cold, warm) of a non-conv cost (op node or layout transform)."""
@@ -120,6 +126,7 @@ class Calibration:
 
     def as_dict(self) -> dict:
         return {"warm_max": self.warm_max, "capacity": self.capacity, "launch_ms": self.launch_ms,
+                "model_launch_ms": dict(self.model_launch),
                 "family_scale": dict(self.family_scale), "other_scale": self.other_scale,
                 "model_other_scale": dict(self.model_other_scale), "kernel_scales": len(self.kernel_scale),
                 "networks": self.networks, "kernels": self.kernels, "loss": self.loss}
@@ -131,8 +138,11 @@ def _median(xs) -> float:
 
 def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservation], *,
         budget: int | None, steps: Sequence[tuple[int, float]] = ()) -> Calibration:
-    """Fit :class:`Calibration` to in-network observations (``budget``/``steps``: the
-    uncalibrated residency curve, ``Problem.cache_bytes``/``Problem.partial``).
+    """Fit :class:`Calibration` to in-network observations, ``networks`` newest first
+    (``budget``/``steps``: the uncalibrated residency curve, ``Problem.cache_bytes``/
+    ``Problem.partial``). The residency (``m``, ``k``) and the family scales come from every
+    observation; a kernel's own scale, and a model's launch cost and other-kernel scale, from
+    its newest ``RECENT`` observations (the machine's state drifts between runs).
 
     Examples
     --------
@@ -142,13 +152,20 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
     0.45
     """
     nets = {n.network: n for n in networks if n.e2e_ms > 0 and n.kernel_calls > 0}
+    rank = {name: i for i, name in enumerate(nets)}          # 0: newest
     obs = [o for o in kernels if o.network in nets and o.innet_ms > 0 and math.isfinite(o.cold_ms)
            and math.isfinite(o.warm_ms) and o.cold_ms > 0]
+    obs.sort(key=lambda o: rank[o.network])
     if not nets or not obs:
         return Calibration()
     # the runtime's own time per kernel call: what the network takes beyond its kernels
-    launch = max(0.0, _median([(n.e2e_ms - n.conv_innet_ms - n.other_innet_ms) / n.kernel_calls
-                               for n in nets.values()]))
+    per_call = {n.network: max(0.0, (n.e2e_ms - n.conv_innet_ms - n.other_innet_ms) / n.kernel_calls)
+                for n in nets.values()}
+    launch = _median(list(per_call.values()))
+    by_model: dict = {}
+    for n in nets.values():
+        by_model.setdefault(n.model, []).append(n)
+    model_launch = {mdl: _median([per_call[n.network] for n in ns[:RECENT]]) for mdl, ns in by_model.items()}
     fams = sorted({o.family for o in obs})
     fam_idx = np.array([fams.index(o.family) for o in obs])
     cold = np.array([o.cold_ms for o in obs])
@@ -177,22 +194,26 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
     for o, s in zip(obs, share0):
         b = _blend(o.cold_ms, min(o.warm_ms, o.cold_ms * 4), m * s)
         per_key.setdefault(tuple(o.key), []).append(max(o.innet_ms, MIN_MS) / max(b, MIN_MS))
-    kernel_scale = {key: _median(v) for key, v in per_key.items()}
+    kernel_scale = {key: _median(v[:RECENT]) for key, v in per_key.items()}
 
     def net_share(n):
         return m * _steps_share(n.footprint_bytes / k, budget, steps) if budget is not None else 0.0
 
+    convs = {}
+    for o in obs:
+        convs[o.network] = convs.get(o.network, 0) + 1
     per_model: dict = {}
-    for n in nets.values():
+    for n in nets.values():                                   # newest first
         pred = _blend(n.other_cold_ms, n.other_warm_ms, net_share(n))
         if pred > 0:
-            others = n.kernel_calls - sum(1 for o in obs if o.network == n.network)
-            per_model.setdefault(n.model, []).append((n.other_innet_ms + max(0, others) * launch) / pred)
-    model_other = {mdl: _median(v) for mdl, v in per_model.items()}
+            others = max(0, n.kernel_calls - convs.get(n.network, 0))
+            per_model.setdefault(n.model, []).append(
+                (n.other_innet_ms + others * model_launch[n.model]) / pred)
+    model_other = {mdl: _median(v[:RECENT]) for mdl, v in per_model.items()}
     other = _median(list(model_other.values())) if model_other else 1.0
     return Calibration(warm_max=float(m), capacity=float(k), launch_ms=float(launch), family_scale=family_scale,
                        kernel_scale=kernel_scale, other_scale=float(other), model_other_scale=model_other,
-                       networks=len(nets), kernels=len(obs), loss=float(loss))
+                       model_launch=model_launch, networks=len(nets), kernels=len(obs), loss=float(loss))
 
 
 def _huber(x, delta: float = 0.15):

@@ -104,7 +104,7 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
                 if not (math.isfinite(t.cold_ms) and math.isfinite(t.warm_ms)):
                     cold = warm = math.inf
                 elif opt.family:
-                    cold, warm = cal.kernel(opt.kernel, opt.family, t.cold_ms, t.warm_ms)
+                    cold, warm = cal.kernel(opt.kernel, opt.family, t.cold_ms, t.warm_ms, model=model)
                 else:
                     cold, warm = cal.other(model, t.cold_ms, t.warm_ms)
             for key in opt.extra:

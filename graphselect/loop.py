@@ -117,11 +117,13 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         s.progress("loop", r, s.max_rounds, f"round {r}: timing {len(built)} network(s) kernel by kernel")
         timed = _time(built, x, s, probe)
         innet.update(timed)
+        fresh_nets, fresh_k = [], []
         for b in built:
             net, ks = _observe(imported, measured, isolated, b, timed[b.label], s)
             store.put_network(s.ctx, net, ks, content=imported.content_key, choice=b.choice)
-            nets.append(net)
-            kobs.extend(ks)
+            fresh_nets.append(net)
+            fresh_k.extend(ks)
+        nets, kobs = fresh_nets + nets, fresh_k + kobs          # newest first, as the store keeps them
         cal = _fit(nets, kobs, measured, m)
         rounds.append(Round(r, cal.as_dict(), label, predicted, {lb: t.e2e_ms for lb, t in timed.items()},
                             tuple(lb for lb, _ in want)))

@@ -315,9 +315,9 @@ class GraphBuilder:
         return self.gemm(self.flatten(self.global_avgpool(x, pool), flatten), fc,
                          out_features)
 
-    def finish(self, x: str, *, doc: str = "") -> onnx.ModelProto:
-        """Rename tensor ``x`` (a ``[batch, features]`` tensor) to "output" and
-        return the checked model (opset 17, ir_version 8)."""
+    def finish(self, x: str, *, doc: str = "", out_shape: Sequence[int] | None = None) -> onnx.ModelProto:
+        """Rename tensor ``x`` (a ``[batch, features]`` tensor, or ``out_shape``) to "output"
+        and return the checked model (opset 17, ir_version 8)."""
         for node in self.nodes:
             for i, name in enumerate(node.output):
                 if name == x:
@@ -329,7 +329,7 @@ class GraphBuilder:
             INPUT_NAME, TensorProto.FLOAT,
             [self.batch, self.in_channels, self.image_size, self.image_size])
         out = helper.make_tensor_value_info(
-            OUTPUT_NAME, TensorProto.FLOAT, [self.batch, self.channels[x]])
+            OUTPUT_NAME, TensorProto.FLOAT, list(out_shape) if out_shape else [self.batch, self.channels[x]])
         graph = helper.make_graph(self.nodes, self.graph_name, [inp], [out],
                                   initializer=self.initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],

@@ -36,22 +36,25 @@ class ModelInfo:
     default_image_size: int
     min_image_size: int
     convs: int  # number of Conv nodes (checked by the tests)
+    in_channels: int = 3
 
     def description(self) -> str:
         s = self.default_image_size
-        return f"{self.summary}; input 1x3x{s}x{s}, {self.convs} conv"
+        return f"{self.summary}; input 1x{self.in_channels}x{s}x{s}, {self.convs} conv"
 
 
 ZOO: dict[str, Builder] = {}
 INFO: dict[str, ModelInfo] = {}
 
 
-def _register(summary: str, *, image_size: int, min_image_size: int, convs: int):
-    """Register a ``fn(b: GraphBuilder) -> ModelProto`` body as a zoo builder."""
+def _register(summary: str, *, image_size: int, min_image_size: int, convs: int, in_channels: int = 3,
+              spatial_output: bool = False):
+    """Register a ``fn(b: GraphBuilder) -> ModelProto`` body as a zoo builder
+    (``spatial_output``: the body returns an NCHW feature map, not class scores)."""
 
     def deco(body: Callable[[GraphBuilder], onnx.ModelProto]) -> Builder:
         name = body.__name__
-        info = ModelInfo(name, summary, image_size, min_image_size, convs)
+        info = ModelInfo(name, summary, image_size, min_image_size, convs, in_channels)
 
         @functools.wraps(body)
         def builder(*, batch: int = 1, image_size: int | None = None,
@@ -60,8 +63,10 @@ def _register(summary: str, *, image_size: int, min_image_size: int, convs: int)
             if size < info.min_image_size:
                 raise ValueError(f"{name}: image_size {size} < minimum "
                                  f"{info.min_image_size}")
-            b = GraphBuilder(name, batch=batch, image_size=size, seed=seed)
-            return b.finish(body(b), doc=info.description())
+            b = GraphBuilder(name, batch=batch, image_size=size, seed=seed, in_channels=in_channels)
+            x = body(b)
+            shape = [batch, b.channels[x], size, size] if spatial_output else None
+            return b.finish(x, doc=info.description(), out_shape=shape)
 
         builder.info = info  # type: ignore[attr-defined]
         ZOO[name] = builder
@@ -451,6 +456,13 @@ def mobile_tiny(b: GraphBuilder) -> str:
     x = b.slice_channels(x, "slice", 0, 24)
     x = b.conv_bn(x, 48, 1, conv="last.0", bn="last.1", act="last.2", act_op="HardSwish")
     return b.head(x, 10)
+
+
+@_register("one conv (16->32 channels, 3x3, ReLU) on a 16-channel 32x32 input: the smallest graph "
+           "there is, where runtime overheads decide", image_size=32, min_image_size=8, convs=1,
+           in_channels=16, spatial_output=True)
+def one_conv(b: GraphBuilder) -> str:
+    return b.relu(b.conv("input", "conv", 32, 3, bias=True), "relu")
 
 
 # ------------------------------------------------------------------ public API

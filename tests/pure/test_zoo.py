@@ -53,8 +53,8 @@ def dims(vi: onnx.ValueInfoProto) -> list[int]:
 
 
 def test_zoo_has_exactly_the_documented_models():
-    assert list(ZOO) == NAMES
-    assert [n for n, _ in list_models()] == NAMES
+    assert list(ZOO) == NAMES + ["one_conv"]          # the classifiers, and one bare conv
+    assert [n for n, _ in list_models()] == NAMES + ["one_conv"]
     assert models.__all__ == ["ZOO", "build", "list_models", "save", "prune"]
 
 
@@ -563,3 +563,16 @@ def test_save_roundtrip(tmp_path):
     path = save("tiny_concat", tmp_path / "sub" / "m.onnx", seed=5)
     loaded = onnx.load(str(path))
     assert loaded.SerializeToString() == build("tiny_concat", seed=5).SerializeToString()
+
+
+def test_one_conv_is_a_bare_conv_with_relu():
+    from tests.reference import conv2d_nchw
+    m = build("one_conv", batch=4)
+    assert ops(m) == ["Conv", "Relu"]
+    assert dims(m.graph.input[0]) == [4, 16, 32, 32] and dims(m.graph.output[0]) == [4, 32, 32, 32]
+    assert "1x16x32x32, 1 conv" in dict(list_models())["one_conv"]
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    x = np.random.default_rng(0).standard_normal((4, 16, 32, 32)).astype(np.float32)
+    (y,) = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    ref = np.maximum(conv2d_nchw(x, inits["conv.weight"], padding=(1, 1, 1, 1), bias=inits["conv.bias"]), 0)
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
