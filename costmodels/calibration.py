@@ -171,6 +171,10 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
     cold = np.array([o.cold_ms for o in obs])
     warm = np.array([min(o.warm_ms, o.cold_ms * 4) for o in obs])
     target = np.log(np.maximum(np.array([o.innet_ms for o in obs]), MIN_MS))
+    # kernels weigh by their time: the big kernels decide a network's time, and a family scale
+    # learned mostly from microsecond kernels mispriced a big model's (tiny -> ResNet-18: -34%)
+    weight = np.array([o.innet_ms for o in obs])
+    weight = weight / weight.mean()
     base_share = np.array([_steps_share(nets[o.network].footprint_bytes, budget, steps) for o in obs])
     fp = np.array([nets[o.network].footprint_bytes for o in obs], dtype=float)
 
@@ -183,9 +187,10 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
             resid = target - pred
             logscale = np.zeros(len(fams))
             for j in range(len(fams)):
-                logscale[j] = np.median(resid[fam_idx == j])
+                sel = fam_idx == j
+                logscale[j] = _weighted_median(resid[sel], weight[sel])
             err = resid - logscale[fam_idx]
-            loss = float(np.sum(_huber(err))) + PULL * (l2k ** 2 + (1 - m) ** 2)
+            loss = float(np.sum(weight * _huber(err))) + PULL * (l2k ** 2 + (1 - m) ** 2)
             if best is None or loss < best[0] - 1e-12:
                 best = (loss, m, k, logscale, share0)
     loss, m, k, logscale, share0 = best
@@ -214,6 +219,12 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
     return Calibration(warm_max=float(m), capacity=float(k), launch_ms=float(launch), family_scale=family_scale,
                        kernel_scale=kernel_scale, other_scale=float(other), model_other_scale=model_other,
                        model_launch=model_launch, networks=len(nets), kernels=len(obs), loss=float(loss))
+
+
+def _weighted_median(x, w) -> float:
+    order = np.argsort(x)
+    cw = np.cumsum(w[order])
+    return float(x[order][np.searchsorted(cw, cw[-1] / 2)])
 
 
 def _huber(x, delta: float = 0.15):

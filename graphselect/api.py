@@ -155,7 +155,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         machine = pipeline.machine(s, store)
         selection = loop.select(imported, measured, machine, s, store)
         clock.lap("select")
-        checked = pipeline.check(imported, list(selection.built), s, store)
+        checked = pipeline.check(imported, list(selection.built), selection.label, s, store)
         clock.lap("check")
         report = make_report(imported=imported, measured=measured, machine=machine, selection=selection,
                              checked=checked, settings=s, stage_seconds=clock.total(),

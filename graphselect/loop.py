@@ -29,6 +29,7 @@ MAX_ALTERNATIVES = 2     # other residency levels' best assignments built in rou
 # this: below it, run-to-run noise of the in-network timing (2-5% on the VMs this was written on)
 # decides, and building it would chase noise.
 CONVERGED = 0.01
+INNET_SECONDS = 3.0     # an in-place timing session runs at least this long (up to 40 rounds)
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _time(built: list[Built], x, s: Settings, probe) -> dict:
     """label -> measure.innet.NetworkTiming of every built network (one interleaved session)."""
     from .measure.innet import time_networks
     return time_networks({b.label: b.executable for b in built}, x, rounds=s.innet_rounds,
-                         quiet=probe.quiet if probe is not None else None)
+                         quiet=probe.quiet if probe is not None else None, seconds=INNET_SECONDS)
 
 
 def _greedy(problem, s: Settings):
@@ -175,10 +176,15 @@ def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True):
     out = []
     others = sorted(sol.alternatives, key=prob.evaluate) if levels else []
     fits = [c for c in others if prob.resident(c)][:1]
+    taken = set()
     for c in fits + [c for c in others if c not in fits][:MAX_ALTERNATIVES - len(fits)]:
         share = prob.warm_share(c)
         state = "resident" if share >= 1 else f"{share:.0%} warm" if share > 0 else "cold"
-        out.append((f"{s.solver} ({state})", Assignment(tuple(c), prob.evaluate(c), sol.method, sol.optimal,
+        label = f"{s.solver} ({state})"
+        if label in taken:                      # two levels can land in one state: labels stay unique
+            label = f"{s.solver} ({state}, {prob.footprint(c) / 2**20:.0f} MiB)"
+        taken.add(label)
+        out.append((label, Assignment(tuple(c), prob.evaluate(c), sol.method, sol.optimal,
                                                          seconds=sol.seconds, resident=prob.resident(c))))
     out.append(("greedy", greedy))
     return out

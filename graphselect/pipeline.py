@@ -338,11 +338,18 @@ def conv_symbols(imported: Imported, b: Built) -> dict[str, str]:
 @dataclass(frozen=True)
 class Checked:
     errors: dict                       # label -> max relative error against onnxruntime
-    rounds: object                     # measure.e2e.Rounds (None without timing)
+    rounds: object                     # measure.e2e.Rounds of the built networks (None without timing)
+    versus_ort: object                 # measure.e2e.Rounds of the returned one and onnxruntime
     measured_ms: dict                  # label (and "onnxruntime") -> median ms
 
 
-def check(imported: Imported, built: list[Built], s: Settings, store=None) -> Checked:
+CHECK_SECONDS = 3.0    # the built networks are compared for at least this long (pauses not counted)
+
+
+def check(imported: Imported, built: list[Built], chosen: str, s: Settings, store=None) -> Checked:
+    """Every built network against onnxruntime's output; then the built networks timed against
+    each other (one runtime: no pauses, so many rounds), and the returned one against
+    onnxruntime (pauses at every switch, so ``benchmark_runs`` calls)."""
     from tvm import relax
     import tvm
     prep = imported.prepared
@@ -365,14 +372,18 @@ def check(imported: Imported, built: list[Built], s: Settings, store=None) -> Ch
                                  f"error {e:.2e} > {TOLERANCE:g}")
             errs[b.label] = e
     if not s.benchmark_runs:
-        return Checked(errs, None, {})
+        return Checked(errs, None, None, {})
     from .measure.e2e import compare, ort_runner, vm_runner
-    s.progress("benchmark", 0, 1, f"timing end to end ({s.benchmark_runs} runs each)")
-    fns = {b.label: vm_runner(b.executable, x) for b in built}
-    fns["onnxruntime"] = ort_runner(sess, prep.input_name, x)
+    s.progress("benchmark", 0, 1, f"timing end to end ({len(built)} network(s), then against onnxruntime)")
     probe = load_probe(s, store) if store is not None else None
-    ts = compare(fns, runs=s.benchmark_runs, quiet=probe.quiet if probe is not None else None)
-    return Checked(errs, ts, {k: ts.median(k) for k in fns})
+    quiet = probe.quiet if probe is not None else None
+    fns = {b.label: vm_runner(b.executable, x) for b in built}
+    ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, seconds=CHECK_SECONDS) if len(fns) > 1 else None
+    vs = compare({chosen: fns[chosen], "onnxruntime": ort_runner(sess, prep.input_name, x)},
+                 runs=s.benchmark_runs, quiet=quiet)
+    measured = {k: ts.median(k) for k in fns} if ts is not None else {chosen: vs.median(chosen)}
+    measured["onnxruntime"] = vs.median("onnxruntime")
+    return Checked(errs, ts if ts is not None else vs, vs, measured)
 
 
 def _first_input(m) -> str:

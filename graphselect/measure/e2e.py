@@ -69,21 +69,28 @@ class Rounds:
 
 
 def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int = BLOCK_CALLS,
-            pause: float = PAUSE_S, quiet: Callable[[], bool] | None = None, waits: int = 20) -> Rounds:
+            pause: float = PAUSE_S, quiet: Callable[[], bool] | None = None, waits: int = 20,
+            seconds: float = 0.0, max_rounds: int = 40) -> Rounds:
     """Time every function ``runs`` times (at least): rounds of one ``block``-call block per
     function, the order reversed every other round. ``pause`` seconds idle come before the first
     block and before every block whose runtime is not the previous block's: a function's
     ``runtime`` attribute names it (``vm_runner``: "tvm", ``ort_runner``: "onnxruntime"; functions
     of one runtime share its threads), and a function without one is its own runtime. With
     ``quiet`` (a load probe), each round waits while it says the machine is loaded (half a second
-    at a time, ``waits`` times at most in all)."""
+    at a time, ``waits`` times at most in all). More rounds follow, up to ``max_rounds``, while
+    the timing (pauses not counted) has taken less than ``seconds``."""
     rounds = max(3, -(-runs // block))
     per = max(1, -(-runs // rounds))
     out: dict[str, list[list[float]]] = {k: [] for k in fns}
     names = list(fns)
     runtime = {k: getattr(f, "runtime", k) for k, f in fns.items()}
     last = None
-    for r in range(rounds):
+    timed = 0.0
+    r = -1
+    while True:
+        r += 1
+        if r >= rounds and (r >= max(rounds, max_rounds) or timed >= seconds):
+            break
         if quiet is not None:
             while not quiet() and waits > 0:
                 waits -= 1
@@ -93,7 +100,9 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
             if runtime[k] != last:
                 time.sleep(pause)
             last = runtime[k]
+            t0 = time.perf_counter()
             out[k].append(time_calls(fns[k], per, warmup=1))
+            timed += time.perf_counter() - t0
     return Rounds(out)
 
 

@@ -63,12 +63,14 @@ class _Recorder:
 
 
 def time_networks(executables: dict, x: np.ndarray, *, rounds: int = 8, block: int = 5,
-                  quiet: Callable[[], bool] | None = None, waits: int = 10) -> dict[str, NetworkTiming]:
-    """Time each executable (name -> Relax VM executable) on input ``x``: ``rounds`` rounds, each
-    a plain block and an instrumented block of ``block`` calls per network (after one warm-up
-    call each), networks in alternating order. ``quiet()`` (a load probe) is asked before each
-    round; while it says the machine is loaded the round waits (half a second at a time, at
-    most ``waits`` times in all)."""
+                  quiet: Callable[[], bool] | None = None, waits: int = 10, seconds: float = 0.0,
+                  max_rounds: int = 40) -> dict[str, NetworkTiming]:
+    """Time each executable (name -> Relax VM executable) on input ``x``: ``rounds`` rounds (more,
+    up to ``max_rounds``, while the session has run less than ``seconds``: small networks get
+    many rounds for the price of a big one's few), each a plain block and an instrumented block
+    of ``block`` calls per network (after one warm-up call each), networks in alternating order.
+    ``quiet()`` (a load probe) is asked before each round; while it says the machine is loaded
+    the round waits (half a second at a time, at most ``waits`` times in all)."""
     import tvm
     from tvm import relax
     dev = tvm.cpu()
@@ -84,7 +86,12 @@ def time_networks(executables: dict, x: np.ndarray, *, rounds: int = 8, block: i
     inst = {n: [] for n in executables}
     per_round: dict[str, list[list[list[float]]]] = {n: [] for n in executables}   # round -> call -> positions
     names = list(executables)
-    for r in range(rounds):
+    t_start = time.perf_counter()
+    r = -1
+    while True:
+        r += 1
+        if r >= max(rounds, 1) and (r >= max_rounds or time.perf_counter() - t_start >= seconds):
+            break
         while quiet is not None and waits > 0 and not quiet():
             waits -= 1
             time.sleep(0.5)

@@ -110,7 +110,8 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "measured_quiet_ms": _r(quiet),
         "prediction_error": _r((prob.evaluate(choice) - gs) / gs) if gs else None,
         "onnxruntime_ms": _r(ort),
-        "ratio_to_onnxruntime": _r(ts.ratio(chosen.label, "onnxruntime")) if ts is not None else None,
+        "ratio_to_onnxruntime": _r(checked.versus_ort.ratio(chosen.label, "onnxruntime"))
+        if checked.versus_ort is not None else None,
         "layout_transforms": count_transforms(chosen.module),
         "max_rel_err": checked.errors.get(chosen.label),
         "conv_layers": sum(1 for r in layers if r["kind"] == "conv"),

@@ -348,3 +348,42 @@ def test_assignments_built_and_timed_and_cache_state():
     out = summary_table(r, width=120)
     assert re.search(r"cp-sat \(67% warm\)\s+0\.963 ms\s+0\.908 ms\s+1\.000x\s+chosen", out)
     assert re.search(r"greedy\s+0\.981 ms\s+0\.998 ms\s+1\.099x", out)
+
+
+def _looped_report():
+    r = fake_report()
+    r["calibration"] = {"warm_max": 0.4, "capacity": 1.5, "launch_ms": 0.002, "family_scale": {"nchwc": 1.1},
+                        "other_scale": 1.3, "networks": 3, "kernels": 9}
+    r["isolated_predicted_e2e_ms"], r["measured_quiet_ms"], r["prediction_error"] = 0.61, 0.58, -0.095
+    r["loop"] = {"converged": True, "chosen": "cp-sat (round 1)", "fastest_measured": "cp-sat (round 1)",
+                 "rounds": [{"round": 0, "solution": "cp-sat", "new": ["cp-sat", "greedy"], "calibration": {},
+                             "networks": [{"label": "cp-sat", "predicted_ms": 0.61, "measured_ms": 0.70, "error": -0.1286},
+                                          {"label": "greedy", "predicted_ms": 0.64, "measured_ms": 0.66, "error": -0.03}]},
+                            {"round": 1, "solution": "cp-sat (round 1)", "new": ["cp-sat (round 1)"], "calibration": {},
+                             "networks": [{"label": "cp-sat (round 1)", "predicted_ms": 0.55, "measured_ms": 0.571,
+                                           "error": -0.0368}]}]}
+    r["kernels"] = [{"network": "cp-sat", "layer": f"conv{i}", "candidate": "nchwc(x)", "innet_ms": v,
+                     "calibrated_ms": v * 1.05, "isolated_cold_ms": v * 0.7, "isolated_warm_ms": v * 0.6}
+                    for i, v in enumerate((0.01, 0.2, 0.05))]
+    for l in _convs(r):
+        l.update(isolated_cold_ms=0.1, isolated_warm_ms=0.08, innet_ms=0.12)
+    return r
+
+
+def test_html_shows_the_closed_loop_and_the_predicted_against_measured_plot():
+    r = _looped_report()
+    page = render_html(r)
+    p = _parse(page)
+    assert p.errors == [] and p.stack == []
+    text = "".join(p.text)
+    assert "Closed loop" in text and "Converged" in text and "-12.9%" in text and "cp-sat (round 1)" in text
+    assert "Predicted against measured" in text and page.count("<svg") == 3
+    assert page.count("<circle") >= 2 * len(r["kernels"])       # isolated and calibrated per kernel
+    assert "from 3 built network(s)" in text and "capacity ×1.50" in text
+    assert "0.120" in text                                      # a layer's in-network time
+
+
+def test_terminal_shows_the_loop_rounds():
+    out = summary_table(_looped_report())
+    assert "closed loop" in out and "-12.9%" in out and "cp-sat (round 1)" in out
+    assert "3 network(s)" in out and "-9.5%" in out
