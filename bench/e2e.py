@@ -11,11 +11,13 @@ Usage: python bench/e2e.py MODEL [MODEL...] [--runs 60] [--threads 2] [--batch 1
        python bench/e2e.py --summarize bench/results/e2e-*.json   (one table of earlier runs)
 
 Each model is optimized as a user runs it (default record store, so calibration from earlier
-models on this machine is reused), then the peers are timed in short blocks of calls in
-interleaved rounds (graphselect.measure.e2e). Times are medians over all calls and over the quiet
-rounds (lower quartile of the round medians); ratios (to onnxruntime, greedy / graphselect) are
-medians over rounds of the ratio within the round, so a slow spell of the machine between rounds
-does not move them. Per model the row also records what optimize itself saw: its calibrated
+models on this machine is reused), then the TVM peers are timed against each other in short
+blocks of calls in interleaved rounds (graphselect.measure.e2e; one runtime, so no pauses, at
+least 3 s), and graphselect against onnxruntime in rounds with a 1 s pause at every runtime
+switch. Times are medians over all calls and over the quiet rounds (lower quartile of the round
+medians); ratios are medians over rounds of the ratio within the round (to onnxruntime: the
+peer's ratio to graphselect times graphselect's to onnxruntime), so a slow spell of the machine
+between rounds does not move them. Per model the row also records what optimize itself saw: its calibrated
 prediction, its end-to-end check (median and quiet rounds), and how the returned assignment
 compares, round by round, with the fastest assignment optimize built and timed. Results:
 printed, and saved under bench/results/ with the CPU's name.
@@ -119,11 +121,16 @@ def main():
         uniform = pipeline.build(imported, measured, "uniform", type(sel.greedy)(unis[ub], 0.0, "uniform", False), s)
         peers = {"uniform": uniform.executable, "greedy": greedy.executable, "graphselect": res.build()}
         fns = {k: vm_runner(v, x) for k, v in peers.items()}
-        fns["onnxruntime"] = ort_runner(sess, res.input_name, x)
-        ts = compare(fns, runs=a.runs)
-        t = {k: ts.median(k) for k in fns}
-        quiet = {k: _quiet(ts.ms[k]) for k in fns}
-        ratio = {k: ts.ratio(k, "onnxruntime") for k in fns}
+        # the TVM peers against each other (one runtime: no pauses between blocks), then
+        # graphselect against onnxruntime (a pause at every switch, so neither runtime's
+        # spinning threads slow the other's calls)
+        ts = compare(fns, runs=a.runs, seconds=3.0)
+        vs = compare({"graphselect": fns["graphselect"], "onnxruntime": ort_runner(sess, res.input_name, x)},
+                     runs=a.runs)
+        t = {k: ts.median(k) for k in fns} | {"onnxruntime": vs.median("onnxruntime")}
+        quiet = {k: _quiet(ts.ms[k]) for k in fns} | {"onnxruntime": _quiet(vs.ms["onnxruntime"])}
+        to_ort = vs.ratio("graphselect", "onnxruntime")
+        ratio = {k: ts.ratio(k, "graphselect") * to_ort for k in fns} | {"onnxruntime": 1.0}
         if a.tvm_default:
             dmod = from_onnx(m, shape_dict={res.input_name: list(res.input_shape)})
             dex = tvm.compile(dmod, target=res.target)
@@ -148,6 +155,7 @@ def main():
                "ms": t, "quiet_ms": quiet, "ratio_to_ort": ratio,
                "greedy_over_graphselect": ts.ratio("greedy", "graphselect"),
                "round_medians_ms": {k: [round(median(b), 4) for b in ts.ms[k]] for k in fns},
+               "versus_ort_round_medians_ms": {k: [round(median(b), 4) for b in vs.ms[k]] for k in vs.ms},
                "max_rel_err": rep["max_rel_err"], "optimize_alternatives": alts,
                "loop": rep["loop"],
                "footprint_mib": {"greedy": iso.footprint(sel.greedy.choice) / 2**20,

@@ -153,7 +153,9 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
     """
     nets = {n.network: n for n in networks if n.e2e_ms > 0 and n.kernel_calls > 0}
     rank = {name: i for i, name in enumerate(nets)}          # 0: newest
-    obs = [o for o in kernels if o.network in nets and o.innet_ms > 0 and math.isfinite(o.cold_ms)
+    # a kernel timed at 0 (its interval no longer than the hook's overhead) stays in: dropping it
+    # would price it at its family's scale, far above what its network showed
+    obs = [o for o in kernels if o.network in nets and o.innet_ms >= 0 and math.isfinite(o.cold_ms)
            and math.isfinite(o.warm_ms) and o.cold_ms > 0]
     obs.sort(key=lambda o: rank[o.network])
     if not nets or not obs:
@@ -173,7 +175,7 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
     target = np.log(np.maximum(np.array([o.innet_ms for o in obs]), MIN_MS))
     # kernels weigh by their time: the big kernels decide a network's time, and a family scale
     # learned mostly from microsecond kernels mispriced a big model's (tiny -> ResNet-18: -34%)
-    weight = np.array([o.innet_ms for o in obs])
+    weight = np.maximum(np.array([o.innet_ms for o in obs]), MIN_MS)
     weight = weight / weight.mean()
     base_share = np.array([_steps_share(nets[o.network].footprint_bytes, budget, steps) for o in obs])
     fp = np.array([nets[o.network].footprint_bytes for o in obs], dtype=float)

@@ -23,9 +23,18 @@ from typing import Callable
 import numpy as np
 
 
-def time_calls(fn: Callable[[], object], runs: int, warmup: int = 2) -> list[float]:
-    for _ in range(warmup):
+WARMUP_S = 0.01      # a block warms up for at least this long (small networks: many calls)
+
+
+def time_calls(fn: Callable[[], object], runs: int, warmup: int = 2, warmup_s: float = 0.0) -> list[float]:
+    """Per-call ms of ``runs`` calls after ``warmup`` calls, and more warm-up calls (up to 200)
+    until ``warmup_s`` has passed: after a pause the caches and the workers of a 30 us network
+    need more than one call to come back."""
+    t0 = time.perf_counter()
+    n = 0
+    while n < warmup or (time.perf_counter() - t0 < warmup_s and n < 200):
         fn()
+        n += 1
     ts = []
     for _ in range(runs):
         t = time.perf_counter()
@@ -70,7 +79,7 @@ class Rounds:
 
 def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int = BLOCK_CALLS,
             pause: float = PAUSE_S, quiet: Callable[[], bool] | None = None, waits: int = 20,
-            seconds: float = 0.0, max_rounds: int = 40) -> Rounds:
+            seconds: float = 0.0, max_rounds: int = 40, warmup_s: float = WARMUP_S) -> Rounds:
     """Time every function ``runs`` times (at least): rounds of one ``block``-call block per
     function, the order reversed every other round. ``pause`` seconds idle come before the first
     block and before every block whose runtime is not the previous block's: a function's
@@ -78,7 +87,8 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
     of one runtime share its threads), and a function without one is its own runtime. With
     ``quiet`` (a load probe), each round waits while it says the machine is loaded (half a second
     at a time, ``waits`` times at most in all). More rounds follow, up to ``max_rounds``, while
-    the timing (pauses not counted) has taken less than ``seconds``."""
+    the timing (pauses not counted) has taken less than ``seconds``. Each block warms up with one
+    call and more until ``warmup_s`` has passed (:func:`time_calls`)."""
     rounds = max(3, -(-runs // block))
     per = max(1, -(-runs // rounds))
     out: dict[str, list[list[float]]] = {k: [] for k in fns}
@@ -101,7 +111,7 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
                 time.sleep(pause)
             last = runtime[k]
             t0 = time.perf_counter()
-            out[k].append(time_calls(fns[k], per, warmup=1))
+            out[k].append(time_calls(fns[k], per, warmup=1, warmup_s=warmup_s))
             timed += time.perf_counter() - t0
     return Rounds(out)
 

@@ -19,7 +19,7 @@ def test_ratio_and_fastest_ignore_a_slow_spell_between_rounds():
 def test_compare_runs_interleaved_rounds_in_alternating_order():
     log = []
     fns = {k: (lambda k=k: log.append(k)) for k in ("x", "y", "z")}
-    r = compare(fns, runs=6, block=2, pause=0)
+    r = compare(fns, runs=6, block=2, pause=0, warmup_s=0)
     # 3 rounds of 2 calls (+1 warm-up) each, the order reversed every other round
     assert [len(r.ms[k]) for k in fns] == [3, 3, 3]
     assert all(len(blk) == 2 for k in fns for blk in r.ms[k])
@@ -41,3 +41,13 @@ def test_compare_pauses_only_when_the_runtime_changes(monkeypatch):
     # rounds t1 t2 ort | ort t2 t1 | t1 t2 ort: a pause first, then only at tvm <-> ort switches
     assert blocks == [("pause", 0.7), "t1", "t2", ("pause", 0.7), "ort", ("pause", 0.7), "t2", "t1",
                       "t2", ("pause", 0.7), "ort"]
+
+
+def test_blocks_of_a_fast_function_warm_up_for_a_while():
+    from graphselect.measure.e2e import time_calls
+    calls = []
+    ts = time_calls(lambda: calls.append(1), 3, warmup=1, warmup_s=0.002)
+    assert len(ts) == 3 and 4 < len(calls) <= 203          # many warm-up calls, capped at 200
+    calls.clear()
+    time_calls(lambda: calls.append(1), 3, warmup=2, warmup_s=0)
+    assert len(calls) == 5
