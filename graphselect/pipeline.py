@@ -378,9 +378,10 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
     probe = load_probe(s, store) if store is not None else None
     quiet = probe.quiet if probe is not None else None
     fns = {b.label: vm_runner(b.executable, x) for b in built}
-    ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, seconds=CHECK_SECONDS) if len(fns) > 1 else None
+    ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, waits=6, seconds=CHECK_SECONDS) if len(fns) > 1 else None
+    # blocks of 10: half the runtime switches, each of which costs a 1 s pause
     vs = compare({chosen: fns[chosen], "onnxruntime": ort_runner(sess, prep.input_name, x)},
-                 runs=s.benchmark_runs, quiet=quiet)
+                 runs=s.benchmark_runs, block=10, quiet=quiet, waits=6)
     measured = {k: ts.median(k) for k in fns} if ts is not None else {chosen: vs.median(chosen)}
     measured["onnxruntime"] = vs.median("onnxruntime")
     return Checked(errs, ts if ts is not None else vs, vs, measured)
