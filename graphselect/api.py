@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +36,9 @@ class OptimizeResult:
     report: dict
     executable: object = None
     target: object = None
-    input_name: str = "input"
-    input_shape: tuple = ()
+    input_names: tuple = ("input",)
+    input_shapes: tuple = ()
+    output_names: tuple = ()
     extra: dict = field(default_factory=dict)
     library: Path | None = None      # a compiled library on disk this result was loaded from
 
@@ -47,44 +49,69 @@ class OptimizeResult:
             self.executable = build(self.module, self.target)
         return self.executable
 
-    def run(self, x: np.ndarray) -> np.ndarray:
-        """Run the optimized network on one input array."""
+    @property
+    def input_name(self) -> str:
+        """The first input's name (the only one of most CNNs)."""
+        return self.input_names[0]
+
+    @property
+    def input_shape(self) -> tuple:
+        """The first input's shape."""
+        return tuple(self.input_shapes[0]) if self.input_shapes else ()
+
+    def run(self, *xs: np.ndarray):
+        """Run the optimized network: one array per input, in the model's input order (or one
+        dict of name -> array). Returns the output array, or a tuple of them when the model has
+        several outputs."""
         import tvm
         from tvm import relax
-        x = np.ascontiguousarray(x, dtype="float32")
-        if tuple(x.shape) != tuple(self.input_shape):
-            raise GraphSelectError(f"input shape {tuple(x.shape)} != the model's {tuple(self.input_shape)}")
+        from .runtime import call
+        if len(xs) == 1 and isinstance(xs[0], dict):
+            missing = [n for n in self.input_names if n not in xs[0]]
+            if missing or len(xs[0]) != len(self.input_names):
+                raise GraphSelectError(f"inputs by name must be exactly {list(self.input_names)}, got {list(xs[0])}")
+            xs = tuple(xs[0][n] for n in self.input_names)
+        if len(xs) != len(self.input_names):
+            raise GraphSelectError(f"the model takes {len(self.input_names)} input(s) ({', '.join(self.input_names)}), "
+                                   f"got {len(xs)}")
+        xs = tuple(np.ascontiguousarray(x, dtype="float32") for x in xs)
+        for name, x, shape in zip(self.input_names, xs, self.input_shapes):
+            if tuple(x.shape) != tuple(shape):
+                raise GraphSelectError(f"input '{name}' has shape {tuple(x.shape)}, the model's is {tuple(shape)}")
         vm = self.extra.get("vm")
         if vm is None:
             vm = self.extra["vm"] = relax.VirtualMachine(self.build(), tvm.cpu())
-        return vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+        outs = call(vm, xs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def export(self, outdir: str | os.PathLike) -> dict[str, Path]:
         """Write the compiled library, the annotated module (TVMScript) and the reports.
 
-        Files are written to temporary names and renamed, so an interrupted export never leaves
-        a half-written file under the final name.
+        Everything is written into a hidden folder inside ``outdir`` first and moved under the
+        final names only once all of it is written, so an interrupted or failed export never
+        leaves a half-written file, or a mix of old and new files, under the final names.
         """
         from .report import write_reports
         out = Path(outdir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"library": out / "model.so", "module": out / "module.py"}
-        tmp = out / ".model.so.partial.so"
-        if self.library is not None and self.library.exists():
-            shutil.copyfile(self.library, tmp)
-        else:
-            with _silence_stderr():
-                self.build().export_library(str(tmp))
-        os.replace(tmp, paths["library"])
-        _atomic_write(paths["module"], self.module.script(show_meta=False))
-        paths.update(write_reports(self.report, out))
-        return paths
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name("." + path.name + ".partial")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+        try:
+            lib = tmp / "model.so"
+            if self.library is not None and self.library.exists():
+                shutil.copyfile(self.library, lib)
+            else:
+                with _silence_stderr():
+                    self.build().export_library(str(lib))
+            (tmp / "module.py").write_text(self.module.script(show_meta=False))
+            written = {"library": lib, "module": tmp / "module.py", **write_reports(self.report, tmp)}
+            paths = {}
+            for key, path in written.items():
+                final = out / path.name
+                os.replace(path, final)
+                paths[key] = final
+            return paths
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
@@ -104,7 +131,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     threads : int, optional
         Threads for measurement and inference (default: the CPUs this process may use).
     input_shape : dict or tuple, optional
-        Fixes a dynamic input shape, e.g. ``(1, 3, 224, 224)`` or ``{"x": (1, 3, 224, 224)}``.
+        Fixes dynamic input shapes: ``(1, 3, 224, 224)`` for a one-input model, or by name,
+        ``{"x": (1, 3, 224, 224), "y": (1, 3, 112, 112)}``.
     solver : {"cp-sat", "greedy", "dp", "pbqp", "brute"}
     families : sequence of str, optional
         Candidate families to consider (default: all).
@@ -113,7 +141,9 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         or None to keep records in memory only. It also keeps what built networks showed, from
         which this machine's calibration is fitted.
     verify : bool
-        Compare every built network with onnxruntime (raises BuildError beyond 1e-4 relative error).
+        Compare every output of every built network with onnxruntime (raises BuildError beyond 1e-4
+        relative error); where onnxruntime cannot run the model, with onnxruntime on the model
+        converted to a newer opset, else with onnx's reference evaluator (the report names it).
     benchmark_runs : int
         Runs for the end-to-end check of each built assignment and onnxruntime, in interleaved
         rounds of short blocks (``measure.e2e.compare``); 0 skips timing and the closed loop (the
@@ -148,6 +178,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                           workers=workers)
     clock = pipeline.Stopwatch()
     imported = pipeline.load(model, s, input_shape)
+    pipeline.check_solver(imported, s)
     clock.lap("import")
     with pipeline.open_store(s) as store:
         measured = pipeline.measure(imported, s, store)
@@ -164,7 +195,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     return OptimizeResult(module=chosen.module, report=report, executable=chosen.executable, target=s.target,
                           library=chosen.library,
                           assignment={n: (c.key if hasattr(c, "key") else c) for n, c in chosen.selection.items()},
-                          input_name=imported.prepared.input_name, input_shape=imported.prepared.input_shape,
+                          input_names=imported.prepared.input_names, input_shapes=imported.prepared.input_shapes,
+                          output_names=imported.prepared.output_names,
                           extra={"lg": imported.lg, "plan": measured.plan, "problem": selection.problem,
                                  "isolated": selection.isolated, "solution": selection.solution,
                                  "greedy": selection.greedy, "measurements": measured.measurements,

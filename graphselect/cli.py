@@ -5,6 +5,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,15 +40,31 @@ class _Progress:
             self.stream.flush()
 
 
-def _parse_shape(text: str | None):
-    if not text:
+def _parse_shape(texts):
+    """``--input-shape`` values (repeatable): NAME:1,3,224,224 each, or one bare 1,3,224,224."""
+    if not texts:
         return None
-    name, _, dims = text.rpartition(":")
-    try:
-        shape = tuple(int(d) for d in dims.split(","))
-    except ValueError:
-        raise GraphSelectError(f"--input-shape {text!r}: expected NAME:1,3,224,224 or 1,3,224,224") from None
-    return {name: shape} if name else shape
+    if isinstance(texts, str):
+        texts = [texts]
+    named, bare = {}, []
+    for text in texts:
+        name, _, dims = text.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise GraphSelectError(f"--input-shape {text!r}: expected NAME:1,3,224,224 or 1,3,224,224") from None
+        if any(d <= 0 for d in shape):
+            raise GraphSelectError(f"--input-shape {text!r}: every dimension must be a positive integer")
+        if name:
+            if name in named:
+                raise GraphSelectError(f"--input-shape gives input {name!r} twice")
+            named[name] = shape
+        else:
+            bare.append(shape)
+    if bare and (named or len(bare) > 1):
+        raise GraphSelectError("--input-shape without a NAME: only once, for a one-input model; "
+                               "name each input otherwise (NAME:1,3,224,224)")
+    return bare[0] if bare else named
 
 
 def _resolve_model(arg: str, sparsity: float = 0.0):
@@ -81,6 +98,7 @@ def cmd_optimize(a) -> int:
     from .report.terminal import summary_table
     model, name = _resolve_model(a.model, a.sparsity)
     outdir = Path(a.output or os.path.join("graphselect-out", name))
+    _check_writable_folder(outdir)          # before minutes of measurement, not after
     cache = None if a.no_cache else (a.cache or True)
     prog = _Progress()
     try:
@@ -96,6 +114,33 @@ def cmd_optimize(a) -> int:
     for k, p in paths.items():
         print(f"{k:12s} {p}")
     return 0
+
+
+def _check_writable_folder(outdir: Path) -> None:
+    """Raise GraphSelectError unless files can be created in ``outdir`` (which is left as found)."""
+    made = []
+    try:
+        if outdir.exists() and not outdir.is_dir():
+            raise OSError(f"{outdir} exists and is not a folder")
+        missing = []
+        d = outdir
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        for m in reversed(missing):
+            m.mkdir()
+            made.append(m)
+        with tempfile.NamedTemporaryFile(dir=outdir, prefix=".graphselect-write-test"):
+            pass
+    except OSError as e:
+        raise GraphSelectError(f"cannot write the output folder {outdir}: {e.strerror or e}; "
+                               f"pass -o with a writable folder") from None
+    finally:
+        for m in reversed(made):
+            try:
+                m.rmdir()
+            except OSError:
+                pass
 
 
 def _store_path(a) -> Path:
@@ -189,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--sparsity", type=float, default=0.0, help="prune a zoo model's convs to this sparsity first")
     o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
     o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")
-    o.add_argument("--input-shape", help="fix a dynamic input shape: NAME:1,3,224,224")
+    o.add_argument("--input-shape", action="append",
+                   help="fix a dynamic input shape: NAME:1,3,224,224 (repeat for several inputs)")
     o.add_argument("--solver", default="cp-sat", choices=["cp-sat", "greedy", "dp", "brute", "pbqp"],
                    help="cp-sat (default, exact), greedy (warm per-layer fastest), dp (chains/trees), brute")
     o.add_argument("--cache-budget", default="auto",
@@ -222,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--everything", action="store_true", help="drop every record and observation")
         if name == "retime":
             p.add_argument("model", help="an .onnx file or a zoo model name")
-            p.add_argument("--input-shape", help="fix a dynamic input shape: NAME:1,3,224,224")
+            p.add_argument("--input-shape", action="append",
+                           help="fix a dynamic input shape: NAME:1,3,224,224 (repeat for several inputs)")
     r.set_defaults(func=cmd_records)
     z = sub.add_parser("zoo", help="built-in models")
     zs = z.add_subparsers(dest="zoo_cmd", required=True)
@@ -245,12 +292,29 @@ def main(argv=None) -> int:
     try:
         return a.func(a)
     except GraphSelectError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if a.verbose:
+            logging.getLogger("graphselect").exception("traceback")
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted: measurements taken so far are kept in the record store; nothing was "
-              "written to the output folder", file=sys.stderr)
+        print("\ninterrupted: measurements taken so far are kept in the record store (a rerun reuses them); "
+              "nothing was written to the output folder", file=sys.stderr)
         return 130
+    except OSError as e:                  # a full disk, a folder that vanished, permissions
+        if a.verbose:
+            logging.getLogger("graphselect").exception("traceback")
+        print(f"error: {_one_line(e)}; check the paths given and the free disk space", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback with -v
+        if a.verbose:
+            logging.getLogger("graphselect").exception("traceback")
+        print(f"internal error: {type(e).__name__}: {_one_line(e)} (this is a graphselect bug; rerun with -v "
+              f"for the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     innet: dict = {}
     rounds: list[Round] = []
     converged = False
-    x = np.random.default_rng(0).standard_normal(imported.prepared.input_shape).astype("float32")
+    x = pipeline.inputs(imported)
     probe = pipeline.load_probe(s, store) if s.max_rounds else None
     for r in range(max(1, s.max_rounds)):
         prob = pipeline.problem(imported, measured, m, cal)

@@ -63,7 +63,15 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
     if benchmark_runs < 0:
         raise GraphSelectError(f"benchmark_runs must be >= 0, got {benchmark_runs}")
     if isinstance(cache_budget, (int, float)) and not isinstance(cache_budget, bool) and cache_budget < 0:
-        raise GraphSelectError(f"cache budget must be >= 0 bytes, got {cache_budget}")
+        raise GraphSelectError(f"cache budget must be >= 0 bytes, got {cache_budget}; pass a size, auto or off")
+    if not (cache_budget in ("auto", "off", None) or
+            (isinstance(cache_budget, (int, float)) and not isinstance(cache_budget, bool))):
+        raise GraphSelectError(f"cache budget must be auto, off or a number of bytes, got {cache_budget!r}")
+    if solver == "dp" and cache_budget not in (None, "off"):
+        raise GraphSelectError("the dp solver is exact only without the cache term (residency is a whole-graph "
+                               "term that breaks its independence); pass --cache-budget off with --solver dp, "
+                               "or use cp-sat")
+    _check_hardware_file()
     # TVM's thread pool reads this when it starts; set it before any TVM kernel runs
     os.environ["TVM_NUM_THREADS"] = str(spec.threads)
     running = int(tvm.get_global_func("runtime.NumThreads")())
@@ -73,6 +81,8 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
             f"TVM_NUM_THREADS={spec.threads}; set TVM_NUM_THREADS={spec.threads} before the first TVM kernel "
             f"runs in this process, or pass threads={running}")
     path = (default_path() if cache is True else Path(cache)) if cache not in (None, False) else None
+    if path is not None:
+        path = _writable_store(path)
     ctx = Context(target=spec.key, cpu=cpu_model(), threads=spec.threads, tvm=runtime_tag(tvm.__version__))
     if max_rounds is None:
         max_rounds = 3 if benchmark_runs else 0
@@ -82,6 +92,36 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
                     cache_budget=cache_budget, workers=int(workers or min(2, os.cpu_count() or 1)),
                     max_rounds=int(max_rounds), innet_rounds=int(innet_rounds), progress=progress or _quiet,
                     name=name)
+
+
+def _check_hardware_file() -> None:
+    from costmodels.hardware import ENV, detect
+    try:
+        detect()
+    except (OSError, ValueError) as e:
+        raise GraphSelectError(f"${ENV} ({os.environ.get(ENV)}) is not a usable hardware file: "
+                               f"{' '.join(str(e).split())[:300]}; fix it or unset {ENV}") from None
+
+
+def _writable_store(path: Path) -> Path | None:
+    """``path`` when the record store can be opened and written there; else None (records kept in
+    memory for this run) with a warning that says why."""
+    import sqlite3
+    from .measure.store import RecordStore
+    try:
+        if path.exists() and not path.is_file():
+            raise OSError(f"{path} is not a file")
+        RecordStore(path).close()
+        with open(path, "ab"):
+            pass
+        probe = path.parent / f".graphselect-write-test.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return path
+    except (OSError, sqlite3.Error) as e:
+        log.warning("cannot use the record store %s (%s): measurements are kept in memory for this run only; "
+                    "pass --cache PATH or set GRAPHSELECT_CACHE to a writable folder", path, e)
+        return None
 
 
 @contextlib.contextmanager
@@ -108,15 +148,19 @@ class Imported:
 
 def load(model, s: Settings, input_shape=None) -> Imported:
     from .frontend import onnx_prep
-    from .frontend.relax_import import import_onnx
+    from .frontend.relax_import import import_onnx, importer_ops
     from .graph.layers import extract
     s.progress("import", 0, 1, "loading the model")
     original = onnx_prep.load_model(model)
     if isinstance(input_shape, (tuple, list)):
-        input_shape = {_first_input(original): tuple(int(v) for v in input_shape)}
-    prepared = onnx_prep.prepare(original, input_shapes=input_shape)
+        names = _inputs(original)
+        if len(names) != 1:
+            raise GraphSelectError(f"the model has {len(names)} inputs ({', '.join(names)}): give each shape by "
+                                   f"name, --input-shape NAME:1,3,224,224 (repeated)")
+        input_shape = {names[0]: tuple(int(v) for v in input_shape)}
+    prepared = onnx_prep.prepare(original, input_shapes=input_shape, ops=importer_ops())
     onnx_convs = tuple(n.name or n.output[0] for n in prepared.model.graph.node if n.op_type == "Conv")
-    mod = import_onnx(prepared.model, prepared.input_name, prepared.input_shape)
+    mod = import_onnx(prepared.model, prepared.shapes)
     lg = extract(mod, onnx_conv_names=onnx_convs)
     lg.extra["module"] = mod
     key = hashlib.sha1("|".join(f"{l.name}:{l.op}:{l.out_shape}:{l.conv.key if l.conv else ''}"
@@ -247,6 +291,28 @@ def problem(imported: Imported, measured: Measured, m: Machine, calibration=None
         raise GraphSelectError(str(e)) from None
 
 
+def check_solver(imported: Imported, s: Settings) -> None:
+    """Refuse, before any measurement, a solver that cannot take this graph."""
+    if s.solver == "brute":
+        import math
+        from .measure import plan as plan_mod
+        from .solve.brute import MAX_COMBINATIONS
+        plan = plan_mod.make_plan(imported.lg, s.target, s.families)
+        size = math.prod(len(lt.options) for lt in plan.layers)
+        if size > MAX_COMBINATIONS:
+            raise GraphSelectError(f"brute force would try {size:.3g} assignments of this model (at most "
+                                   f"{MAX_COMBINATIONS} are allowed); use cp-sat (exact) or fewer --families")
+        return
+    if s.solver != "dp":
+        return
+    from collections import Counter
+    uses = Counter(src for src, _dst, _port in imported.lg.edges())
+    many = [n for n, k in uses.items() if k > 1]
+    if many:
+        raise GraphSelectError(f"the dp solver takes chains and trees only; layer {many[0]} is read "
+                               f"{uses[many[0]]} times ({len(many)} such layer(s)); use cp-sat (exact on any graph)")
+
+
 def solve(problem_, method: str, time_limit: float):
     from . import solve as solve_mod
     try:
@@ -337,70 +403,101 @@ def conv_symbols(imported: Imported, b: Built) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Checked:
-    errors: dict                       # label -> max relative error against onnxruntime
+    errors: dict                       # label -> max relative error against the reference, over all outputs
     rounds: object                     # measure.e2e.Rounds of the built networks (None without timing)
-    versus_ort: object                 # measure.e2e.Rounds of the returned one and onnxruntime
+    versus_ort: object                 # measure.e2e.Rounds of the returned one and onnxruntime (None: not timed)
     measured_ms: dict                  # label (and "onnxruntime") -> median ms
+    reference: str = ""                # what the outputs were checked against (measure.reference)
+    reference_note: str = ""           # why onnxruntime on the model as given was not the reference
 
 
 CHECK_SECONDS = 3.0    # the built networks are compared for at least this long (pauses not counted)
 
 
+def inputs(imported: Imported) -> list[np.ndarray]:
+    """The inputs every check and in-place timing runs on (reproducible)."""
+    from .runtime import random_inputs
+    return random_inputs(imported.prepared.input_shapes)
+
+
 def check(imported: Imported, built: list[Built], chosen: str, s: Settings, store=None) -> Checked:
-    """Every built network against onnxruntime's output; then the built networks timed against
-    each other (one runtime: no pauses, so many rounds), and the returned one against
-    onnxruntime (pauses at every switch, so ``benchmark_runs`` calls)."""
+    """Every output of every built network against the reference (onnxruntime, or what
+    ``measure.reference`` falls back to); then the built networks timed against each other (one
+    runtime: no pauses, so many rounds), and the returned one against onnxruntime (pauses at every
+    switch, so ``benchmark_runs`` calls)."""
     from tvm import relax
     import tvm
+    from .runtime import call
     prep = imported.prepared
-    x = np.random.default_rng(0).standard_normal(prep.input_shape).astype("float32")
+    xs = inputs(imported)
+    feeds = dict(zip(prep.input_names, xs))
     errs: dict[str, float] = {}
-    sess = None
+    ref = None
     if s.verify or s.benchmark_runs:
-        from .measure.e2e import ort_session
-        sess = ort_session(_with_shape(imported.original, prep).SerializeToString(), s.spec.threads)
+        from .measure.reference import reference
+        s.progress("verify", 0, 1, "running the reference")
+        ref = reference(_with_shape(imported.original, prep), feeds, s.spec.threads)
     if s.verify:
-        s.progress("verify", 0, 1, "comparing with onnxruntime")
-        ref = sess.run(None, {prep.input_name: x})[0]
+        s.progress("verify", 0, 1, f"comparing every output with {ref.name}")
         for b in built:
-            got = relax.VirtualMachine(b.executable, tvm.cpu())["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
-            if got.shape != ref.shape:
-                raise BuildError(f"output shape {got.shape} differs from onnxruntime's {ref.shape}")
-            e = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-            if not np.isfinite(e) or e > TOLERANCE:
-                raise BuildError(f"outputs of the {b.label} selection differ from onnxruntime: max relative "
-                                 f"error {e:.2e} > {TOLERANCE:g}")
-            errs[b.label] = e
+            got = call(relax.VirtualMachine(b.executable, tvm.cpu()), xs)
+            errs[b.label] = compare_outputs(got, ref.outputs, prep.output_names, b.label, ref.name)
     if not s.benchmark_runs:
-        return Checked(errs, None, None, {})
+        return Checked(errs, None, None, {}, ref.name if ref else "", ref.why if ref else "")
     from .measure.e2e import compare, ort_runner, vm_runner
-    s.progress("benchmark", 0, 1, f"timing end to end ({len(built)} network(s), then against onnxruntime)")
+    s.progress("benchmark", 0, 1, f"timing end to end ({len(built)} network(s)"
+               + (", then against onnxruntime)" if ref.timeable else ")"))
     probe = load_probe(s, store) if store is not None else None
     quiet = probe.quiet if probe is not None else None
-    fns = {b.label: vm_runner(b.executable, x) for b in built}
-    ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, waits=6, seconds=CHECK_SECONDS) if len(fns) > 1 else None
-    # blocks of 10: half the runtime switches, each of which costs a 1 s pause
-    vs = compare({chosen: fns[chosen], "onnxruntime": ort_runner(sess, prep.input_name, x)},
-                 runs=s.benchmark_runs, block=10, quiet=quiet, waits=6)
+    fns = {b.label: vm_runner(b.executable, xs) for b in built}
+    ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, waits=6, seconds=CHECK_SECONDS) \
+        if len(fns) > 1 or not ref.timeable else None
+    vs = None
+    if ref.timeable:
+        # blocks of 10: half the runtime switches, each of which costs a 1 s pause
+        vs = compare({chosen: fns[chosen], "onnxruntime": ort_runner(ref.session, feeds)},
+                     runs=s.benchmark_runs, block=10, quiet=quiet, waits=6)
     measured = {k: ts.median(k) for k in fns} if ts is not None else {chosen: vs.median(chosen)}
-    measured["onnxruntime"] = vs.median("onnxruntime")
-    return Checked(errs, ts if ts is not None else vs, vs, measured)
+    if vs is not None:
+        measured["onnxruntime"] = vs.median("onnxruntime")
+    return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why)
 
 
-def _first_input(m) -> str:
+def compare_outputs(got: list, want, names, label: str, ref_name: str) -> float:
+    """The max relative error over all outputs (each against its own largest magnitude);
+    BuildError when the outputs' number or shapes differ or an error exceeds TOLERANCE."""
+    want = [np.asarray(w) for w in want]
+    if len(got) != len(want):
+        raise BuildError(f"the {label} selection returns {len(got)} output(s), {ref_name} {len(want)}")
+    worst = 0.0
+    for name, g, w in zip(names, got, want):
+        if g.shape != w.shape:
+            raise BuildError(f"output '{name}' of the {label} selection has shape {g.shape}, {ref_name}'s {w.shape}")
+        if w.size == 0:
+            continue
+        e = float(np.abs(g.astype(np.float64) - w).max() / max(float(np.abs(w).max()), 1e-30))
+        if not np.isfinite(e) or e > TOLERANCE:
+            raise BuildError(f"output '{name}' of the {label} selection differs from {ref_name}: max relative "
+                             f"error {e:.2e} > {TOLERANCE:g}")
+        worst = max(worst, e)
+    return worst
+
+
+def _inputs(m) -> list[str]:
     inits = {i.name for i in m.graph.initializer}
-    return next(i.name for i in m.graph.input if i.name not in inits)
+    return [i.name for i in m.graph.input if i.name not in inits]
 
 
 def _with_shape(original, prepared):
-    """The user's model with the input shape graphselect used (for onnxruntime)."""
+    """The user's model with the input shapes graphselect used (for the reference)."""
     import onnx
     m = onnx.ModelProto()
     m.CopyFrom(original)
+    shapes = prepared.shapes
     for i in m.graph.input:
-        if i.name == prepared.input_name:
+        if i.name in shapes:
             dims = i.type.tensor_type.shape.dim
-            for d, v in zip(dims, prepared.input_shape):
+            for d, v in zip(dims, shapes[i.name]):
                 d.Clear()
                 d.dim_value = int(v)
     return m

@@ -76,7 +76,7 @@ def parse_target(target: str | dict = "llvm", *, threads: int | None = None) -> 
     Only CPU (llvm) targets that this machine can run are supported: graphselect measures
     every candidate on the machine it runs on.
     """
-    threads = threads or default_threads()
+    threads = default_threads() if threads is None else threads
     if threads < 1:
         raise GraphSelectError(f"threads must be >= 1, got {threads}")
     if isinstance(target, str) and target.strip().startswith("{"):

@@ -151,13 +151,14 @@ def reference(spec: ConvSpec, x: np.ndarray, weight: np.ndarray, bias, residual)
     n, c = xp.shape[:2]
     oh, ow = spec.out_h, spec.out_w
     sh, sw = spec.stride
+    dh, dw = spec.dilation
     g = spec.groups
     og, ig = spec.out_channels // g, c // g
     y = np.zeros((n, g, og, oh * ow))
     w = weight.astype(np.float64).reshape(g, og, ig, *spec.kernel)
     for i in range(spec.kernel[0]):
         for j in range(spec.kernel[1]):
-            patch = xp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw].reshape(n, g, ig, oh * ow)
+            patch = xp[:, :, i * dh:i * dh + sh * oh:sh, j * dw:j * dw + sw * ow:sw].reshape(n, g, ig, oh * ow)
             y += np.matmul(w[None, :, :, :, i, j], patch)      # BLAS, one tap at a time, per group
     y = y.reshape(n, spec.out_channels, oh, ow)
     if bias is not None:

@@ -71,7 +71,7 @@ def _pad_rows_bytes(spec: ConvSpec, task_rows: int) -> int:
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
-    if not spec.depthwise:
+    if not spec.depthwise or spec.dilated:      # dilated depthwise: ``direct`` takes it
         return []
     c, (kh, kw) = spec.in_channels, spec.kernel
     welems = c * kh * kw

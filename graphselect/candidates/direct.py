@@ -1,7 +1,9 @@
 """``direct``: plain NCHW convolution, vectorized along output width, tiled over output channels.
 
 Grouped convolutions (1 < groups < channels) reduce over their group's input channels; an output
-channel tile never straddles two groups. Depthwise convolutions belong to ``depthwise``."""
+channel tile never straddles two groups. Dilated convolutions step their taps by the dilation.
+Depthwise convolutions belong to ``depthwise``, except dilated ones (``depthwise`` has no
+dilation), which this family takes as groups of one channel."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +21,7 @@ def _vec(ow: int) -> int:
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
-    if spec.depthwise or spec.in_channels % spec.groups or spec.out_channels % spec.groups:
+    if (spec.depthwise and not spec.dilated) or spec.in_channels % spec.groups or spec.out_channels % spec.groups:
         return []
     og = spec.out_channels // spec.groups
     tiles = [t for t in (4, 8) if og % t == 0]
@@ -36,6 +38,7 @@ def compute(spec: ConvSpec):
     n, c, h, w = spec.in_shape
     kh, kw = spec.kernel
     sh, sw = spec.stride
+    dh, dw = spec.dilation
     pt, pl, pb, pr = spec.padding
     data = te.placeholder((n, c, h, w), name="data")
     g = spec.groups
@@ -49,7 +52,7 @@ def compute(spec: ConvSpec):
     # input channel of output channel o's group (rc itself when groups == 1)
     ic = (lambda o: rc) if g == 1 else (lambda o: o // og * ig + rc)
     conv = te.compute(spec.out_shape, lambda b, o, y, x: te.sum(
-        padded[b, ic(o), y * sh + ry, x * sw + rx] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
+        padded[b, ic(o), y * sh + ry * dh, x * sw + rx * dw] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
     res = te.placeholder(spec.out_shape, name="residual") if spec.residual else None
     out = epilogue_compute(conv, spec, bias, res, lambda b, o, y, x: (o,))
     args = [data, weight] + ([bias] if bias is not None else []) + ([res] if res is not None else []) + [out]

@@ -62,7 +62,7 @@ def compute(spec: ConvSpec, ib: int, ob: int, target):
     kern = te.placeholder((O // ob, c // spec.groups // ib, spec.kernel[0], spec.kernel[1], ib, ob), name="weight")
     bias = te.placeholder((O // ob, ob), name="bias") if spec.bias else None
     with target:    # conv2d_NCHWc reads Target.current()
-        conv = topi.nn.conv2d_NCHWc(data, kern, list(spec.stride), list(spec.padding), 1,
+        conv = topi.nn.conv2d_NCHWc(data, kern, list(spec.stride), list(spec.padding), list(spec.dilation),
                                     f"NCHW{ib}c", f"NCHW{ob}c", "float32")
     res = te.placeholder(conv.shape, name="residual") if spec.residual else None
     out = epilogue_compute(conv, spec, bias, res, lambda b, oc, y, x, cb: (oc, cb))

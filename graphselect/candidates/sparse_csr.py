@@ -71,7 +71,7 @@ def _csr(spec: ConvSpec, weight: np.ndarray, V: int, CB: int):
 
 
 def applies(spec: ConvSpec) -> bool:
-    return spec.groups == 1 and spec.stride[0] == spec.stride[1] and spec.stride[0] in (1, 2)
+    return spec.groups == 1 and spec.stride[0] == spec.stride[1] and spec.stride[0] in (1, 2) and not spec.dilated
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:

@@ -29,7 +29,7 @@ _LANES = 32                   # output channels per GEMM register tile
 
 
 def applies(spec: ConvSpec) -> bool:
-    return spec.kernel == (3, 3) and spec.stride == (1, 1) and spec.groups == 1
+    return spec.kernel == (3, 3) and spec.stride == (1, 1) and spec.groups == 1 and not spec.dilated
 
 
 def matrices(m: int):

@@ -25,7 +25,10 @@ logger = logging.getLogger(__name__)
 
 ModelSource = Union[onnx.ModelProto, str, Path, bytes, bytearray, memoryview]
 
-SUPPORTED_OPS = frozenset({
+# The ops graphselect's zoo and the exporters it was tried on emit (the tests check that preparing
+# leaves nothing else behind). Which ops a model may contain is decided by the compiler's importer:
+# ``prepare(..., ops=...)`` (the pipeline passes TVM's ONNX converter map).
+CNN_OPS = frozenset({
     "Conv", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid",
     "HardSwish", "Mul", "Add", "Sub", "Div", "MaxPool", "AveragePool", "GlobalAveragePool",
     "GlobalMaxPool", "Concat", "Flatten", "Reshape", "Gemm", "MatMul", "Identity", "Dropout",
@@ -48,11 +51,26 @@ class Prepared:
     """A cleaned model and what :func:`prepare` learned and changed."""
 
     model: onnx.ModelProto
-    input_name: str
-    input_shape: tuple[int, ...]
+    input_names: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
     output_names: tuple[str, ...]
     folded_bn: int
     notes: tuple[str, ...]
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Input name -> its fixed shape, in the model's input order."""
+        return dict(zip(self.input_names, self.input_shapes))
+
+    @property
+    def input_name(self) -> str:
+        """The first input's name (the only one of most CNNs)."""
+        return self.input_names[0]
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The first input's shape."""
+        return self.input_shapes[0]
 
 
 def load_model(model_or_path: ModelSource) -> onnx.ModelProto:
@@ -97,6 +115,8 @@ def load_model(model_or_path: ModelSource) -> onnx.ModelProto:
     elif isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
         source = str(path)
+        if path.is_dir():
+            raise GraphSelectError(f"{path} is a folder, not an .onnx file; pass the model file inside it")
         if not path.is_file():
             raise GraphSelectError(f"model file not found: {path}")
         try:
@@ -113,33 +133,36 @@ def load_model(model_or_path: ModelSource) -> onnx.ModelProto:
     return model
 
 
-def prepare(model: ModelSource, *, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Prepared:
+def prepare(model: ModelSource, *, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+            ops: frozenset[str] | None = None) -> Prepared:
     """Clean an ONNX CNN for the compiler: fix the input shape, fold constants and BatchNorm.
 
-    The caller's model is not modified. Steps: drop weights listed as graph inputs; require one
-    float32 input with a static shape (or one given in ``input_shapes``); fold shape-only
-    computations and ``Constant`` nodes into initializers; remove ``Identity`` and ``Dropout``;
-    refuse ops outside :data:`SUPPORTED_OPS`; fold BatchNormalization into the preceding Conv
-    (:func:`fold_batchnorm`); check the result and infer every tensor's shape.
+    The caller's model is not modified. Steps: drop weights listed as graph inputs; require float32
+    inputs with static shapes (or ones given in ``input_shapes``); fold shape-only computations and
+    ``Constant`` nodes into initializers; remove ``Identity`` and ``Dropout``; refuse ops outside
+    ``ops`` (the compiler's importer) and ops of other domains; fold BatchNormalization into the
+    preceding Conv (:func:`fold_batchnorm`); check the result and infer every tensor's shape.
 
     Parameters
     ----------
     model : onnx.ModelProto, str, pathlib.Path or bytes
         Anything :func:`load_model` accepts.
     input_shapes : dict of str to tuple of int, optional
-        Fixed shape for the input, by name; needed when the model's input shape is dynamic.
+        Fixed shapes for inputs, by name; needed where an input's shape is dynamic.
+    ops : frozenset of str, optional
+        The ONNX ops (default domain) the compiler can import; None: any op of the default domain.
 
     Returns
     -------
     Prepared
-        The cleaned model (with inferred ``value_info``), its input name and shape, output names,
+        The cleaned model (with inferred ``value_info``), its input names and shapes, output names,
         the number of BatchNormalization folded and notes on what was changed.
 
     Raises
     ------
     UnsupportedModel
-        Not a single-input float32 model, a dynamic input shape without ``input_shapes``, a bad
-        ``input_shapes``, an unsupported op, or shapes that do not fit together.
+        A non-float32 input, a dynamic input shape without ``input_shapes``, a bad
+        ``input_shapes``, an op outside ``ops`` or the default domain, or shapes that do not fit together.
     GraphSelectError
         A path that does not exist.
 
@@ -168,13 +191,22 @@ def prepare(model: ModelSource, *, input_shapes: Mapping[str, tuple[int, ...]] |
             m.ir_version = 4
             notes.append("raised IR version to 4 so initializers need not be graph inputs")
 
-    # 2. One float32 input.
-    inp = _single_float_input(m)
+    # 2. float32 inputs.
+    inps = _float_inputs(m)
 
-    # 3. Fixed input shape.
-    shape = _fix_input_shape(inp, input_shapes)
+    # 3. Fixed input shapes.
     if input_shapes:
-        notes.append(f"input '{inp.name}' shape set to {list(shape)}")
+        unknown = sorted(set(input_shapes) - {i.name for i in inps})
+        if unknown:
+            names = ", ".join(f"'{i.name}'" for i in inps)
+            raise UnsupportedModel(f"an input shape names {', '.join(repr(n) for n in unknown)}, but the model's "
+                                   f"input{'s are' if len(inps) > 1 else ' is'} {names}")
+    in_shapes = []
+    for inp in inps:
+        in_shapes.append(_fix_input_shape(inp, (input_shapes or {}).get(inp.name)))
+        if input_shapes and inp.name in input_shapes:
+            notes.append(f"input '{inp.name}' shape set to {list(in_shapes[-1])}")
+    shape_text = ", ".join(f"'{i.name}' of shape {list(s)}" for i, s in zip(inps, in_shapes))
     del m.graph.value_info[:]
     for out in m.graph.output:
         if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
@@ -189,7 +221,7 @@ def prepare(model: ModelSource, *, input_shapes: Mapping[str, tuple[int, ...]] |
     _remove_dead(m)
 
     # 5. Only ops we optimize.
-    _check_supported(m)
+    _check_supported(m, ops)
 
     # 6. BatchNorm into Conv.
     m, folded = fold_batchnorm(m)
@@ -202,7 +234,7 @@ def prepare(model: ModelSource, *, input_shapes: Mapping[str, tuple[int, ...]] |
         onnx.checker.check_model(m)
         m = onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True, data_prop=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise UnsupportedModel(f"the model is inconsistent with input '{inp.name}' of shape {list(shape)}: "
+        raise UnsupportedModel(f"the model is inconsistent with input {shape_text}: "
                                f"{' '.join(str(e).split())}; "
                                f"check --input-shape") from e
     shapes = _static_shapes(m)
@@ -212,7 +244,7 @@ def prepare(model: ModelSource, *, input_shapes: Mapping[str, tuple[int, ...]] |
             src, dst = shapes[node.input[0]], shapes[node.output[0]]
             if np.prod(src, dtype=np.int64) != np.prod(dst, dtype=np.int64):
                 raise UnsupportedModel(
-                    f"the model is inconsistent with input '{inp.name}' of shape {list(shape)}: Reshape "
+                    f"the model is inconsistent with input {shape_text}: Reshape "
                     f"'{node.name or node.output[0]}' turns {list(src)} into {list(dst)}; check --input-shape")
     unknown = [v.name for v in list(m.graph.value_info) + list(m.graph.output) if v.name not in shapes]
     if unknown:
@@ -220,7 +252,7 @@ def prepare(model: ModelSource, *, input_shapes: Mapping[str, tuple[int, ...]] |
                      + ", ".join(f"'{n}'" for n in unknown[:5]) + (", ..." if len(unknown) > 5 else ""))
     for n in notes:
         logger.info("%s", n)
-    return Prepared(model=m, input_name=inp.name, input_shape=shape,
+    return Prepared(model=m, input_names=tuple(i.name for i in inps), input_shapes=tuple(in_shapes),
                     output_names=tuple(o.name for o in m.graph.output), folded_bn=folded, notes=tuple(notes))
 
 
@@ -314,16 +346,17 @@ def fold_batchnorm(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     return m, folded
 
 
-def _single_float_input(m: onnx.ModelProto) -> onnx.ValueInfoProto:
+def _float_inputs(m: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     inputs = list(m.graph.input)
-    what = "graphselect supports single-input float32 CNNs"
-    if len(inputs) != 1:
-        found = ", ".join(f"'{i.name}' ({_type_str(i)})" for i in inputs) or "none"
-        raise UnsupportedModel(f"the model has {len(inputs)} inputs ({found}); {what}")
-    inp = inputs[0]
-    if not inp.type.HasField("tensor_type") or inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
-        raise UnsupportedModel(f"input '{inp.name}' is {_type_str(inp)}; {what}")
-    return inp
+    if not inputs:
+        raise UnsupportedModel("the model has no inputs; graphselect optimizes CNNs with float32 inputs")
+    for inp in inputs:
+        if not inp.type.HasField("tensor_type") or inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            raise UnsupportedModel(
+                f"input '{inp.name}' is {_type_str(inp)}; graphselect supports float32 inputs (an integer input "
+                f"such as a shape or an index makes the graph's shapes data-dependent: fold it into the model "
+                f"as a constant)")
+    return inputs
 
 
 def _type_str(v: onnx.ValueInfoProto) -> str:
@@ -332,16 +365,12 @@ def _type_str(v: onnx.ValueInfoProto) -> str:
     return onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name
 
 
-def _fix_input_shape(inp: onnx.ValueInfoProto, input_shapes: Mapping[str, tuple[int, ...]] | None) -> tuple[int, ...]:
+def _fix_input_shape(inp: onnx.ValueInfoProto, given: tuple[int, ...] | None) -> tuple[int, ...]:
     tt = inp.type.tensor_type
     has_rank = tt.HasField("shape")
     dims = list(tt.shape.dim)
-    if input_shapes:
-        unknown = sorted(set(input_shapes) - {inp.name})
-        if unknown:
-            raise UnsupportedModel(f"input_shapes names {', '.join(repr(n) for n in unknown)}, but the model's "
-                                   f"only input is '{inp.name}'")
-        shape = tuple(input_shapes[inp.name])
+    if given is not None:
+        shape = tuple(given)
         if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in shape):
             raise UnsupportedModel(f"input shape {list(shape)} for '{inp.name}' must be positive integers")
         if has_rank and len(shape) != len(dims):
@@ -527,11 +556,17 @@ def _is_passthrough(node, uses, inits) -> bool:
     return True
 
 
-def _check_supported(m: onnx.ModelProto) -> None:
+def _check_supported(m: onnx.ModelProto, ops: frozenset[str] | None) -> None:
+    for i, node in enumerate(m.graph.node):
+        if node.op_type == "BatchNormalization" and node.domain in _DEFAULT_DOMAINS and _attr(node, "training_mode", 0):
+            # TVM imports it as the inference form (running statistics): silently different numbers
+            raise UnsupportedModel(f"BatchNormalization node '{node.name or node.output[0]}' has training_mode=1 "
+                                   f"(batch statistics, updated running means): export the model for inference "
+                                   f"(model.eval() in PyTorch)")
     first: dict[str, str] = {}
     for i, node in enumerate(m.graph.node):
         default = node.domain in _DEFAULT_DOMAINS
-        if default and node.op_type in SUPPORTED_OPS:
+        if default and (ops is None or node.op_type in ops):
             continue
         op = node.op_type if default else f"{node.domain}.{node.op_type}"
         where = f"node '{node.name}'" if node.name else f"unnamed node #{i}"
@@ -540,8 +575,8 @@ def _check_supported(m: onnx.ModelProto) -> None:
         first.setdefault(op, where)
     if first:
         listed = ", ".join(f"{op} ({where})" for op, where in first.items())
-        raise UnsupportedModel(f"unsupported ONNX op(s): {listed}; graphselect optimizes CNNs made of: "
-                               + ", ".join(sorted(SUPPORTED_OPS)))
+        raise UnsupportedModel(f"TVM's ONNX importer cannot take: {listed}; replace these ops before exporting "
+                               f"(every op of the default ONNX domain that TVM imports is accepted)")
 
 
 def _subgraph_inputs(node) -> set[str]:

@@ -6,7 +6,8 @@ Each layer is one of
 - ``agnostic``: an op that runs in any channel layout (elementwise, pooling, global mean,
   channel concat), so the solver picks its layout;
 - ``fixed``: anything else, run as imported in plain NCHW (reshape, gemm, softmax, ...);
-- ``input`` / ``output``: the function's parameter and its result, both in NCHW.
+- ``input`` / ``output``: the function's parameters (``input``, ``input1``, ...) and its result
+  (one ``output`` layer whose inputs are the returned tensors, in order), all in NCHW.
 """
 from __future__ import annotations
 
@@ -42,14 +43,24 @@ class ConvSpec:
     clip_lo: float | None = None          # ReLU is clip_lo=0
     clip_hi: float | None = None
     act: str | None = None                # applied last: one of ACTIVATIONS
+    dilation: tuple[int, int] = (1, 1)
+
+    @property
+    def dilated(self) -> bool:
+        return self.dilation != (1, 1)
+
+    @property
+    def extent(self) -> tuple[int, int]:
+        """The kernel's reach over the input, dilation included."""
+        return ((self.kernel[0] - 1) * self.dilation[0] + 1, (self.kernel[1] - 1) * self.dilation[1] + 1)
 
     @property
     def out_h(self) -> int:
-        return (self.height + self.padding[0] + self.padding[2] - self.kernel[0]) // self.stride[0] + 1
+        return (self.height + self.padding[0] + self.padding[2] - self.extent[0]) // self.stride[0] + 1
 
     @property
     def out_w(self) -> int:
-        return (self.width + self.padding[1] + self.padding[3] - self.kernel[1]) // self.stride[1] + 1
+        return (self.width + self.padding[1] + self.padding[3] - self.extent[1]) // self.stride[1] + 1
 
     @property
     def in_shape(self) -> tuple[int, int, int, int]:
@@ -98,10 +109,12 @@ class ConvSpec:
         """Workload key for the record store: every field that changes the kernel."""
         return (f"conv2d n{self.batch} c{self.in_channels} h{self.height} w{self.width} "
                 f"o{self.out_channels} k{self.kernel[0]}x{self.kernel[1]} s{self.stride[0]}x{self.stride[1]} "
-                f"p{','.join(map(str, self.padding))} g{self.groups} epi={self.epilogue}")
+                f"p{','.join(map(str, self.padding))} g{self.groups}"
+                + (f" d{self.dilation[0]}x{self.dilation[1]}" if self.dilated else "") + f" epi={self.epilogue}")
 
     def describe(self) -> str:
         g = "" if self.groups == 1 else (" dw" if self.depthwise else f" g{self.groups}")
+        g += f" dil{self.dilation[0]}" if self.dilated else ""
         return (f"{self.in_channels}->{self.out_channels} {self.kernel[0]}x{self.kernel[1]}/{self.stride[0]}{g} "
                 f"{self.height}x{self.width}")
 
@@ -304,14 +317,19 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
     """Build the LayerGraph of ``mod["main"]`` (a single dataflow block, as ``from_onnx`` emits)."""
     rx = _rx()
     func = mod["main"]
-    if len(func.params) != 1:
-        raise UnsupportedModel(f"graphselect supports single-input models; main takes {len(func.params)}")
     blocks = func.body.blocks
     if len(blocks) != 1:
         raise UnsupportedModel("the imported module has control flow or several blocks; "
                                "graphselect supports feed-forward CNNs")
     bindings = list(blocks[0].bindings)
     ret = func.body.body
+    # several outputs: the importer binds their tuple in the block and returns that variable
+    tuple_at = next((i for i, b in enumerate(bindings) if b.var.same_as(ret) and isinstance(b.value, rx.Tuple)), None)
+    if tuple_at is not None:
+        ret = bindings[tuple_at].value
+        bindings = bindings[:tuple_at] + bindings[tuple_at + 1:]
+        if tuple_at != len(bindings):
+            raise UnsupportedModel("the imported module uses its output tuple inside the graph")
     out_vars = set(_vars_in(ret, rx))
 
     users: dict = {}
@@ -321,10 +339,10 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
 
     layers: dict[str, Layer] = {}
     producer: dict = {}          # relax var -> layer name
-    param = func.params[0]
-    pshape = _shape(param)
-    layers["input"] = Layer("input", "input", "input", (), pshape)
-    producer[param] = "input"
+    for k, param in enumerate(func.params):
+        name = input_layer(k)
+        layers[name] = Layer(name, "input", "input", (), _shape(param))
+        producer[param] = name
 
     absorbed: set[int] = set()
     chains: dict[int, dict] = {}  # end binding -> chain description
@@ -335,8 +353,8 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
         a = e.attrs
         ishape, wshape = _shape(e.args[0]), _shape(e.args[1])
         if ishape is None or len(ishape) != 4 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW" \
-                or a.out_layout != "NCHW" or any(int(d) != 1 for d in a.dilation):
-            continue   # dilated convs stay with TVM's own kernel
+                or a.out_layout != "NCHW":
+            continue
         O = wshape[0]
         ch = {"conv": i, "bias": None, "res": None, "lo": None, "hi": None, "act": None, "end": i}
         cur = b.var
@@ -407,7 +425,8 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                             out_channels=w.shape[0], kernel=(w.shape[2], w.shape[3]),
                             stride=tuple(int(s) for s in a.strides), padding=pad, groups=int(a.groups),
                             bias=ch["bias"] is not None, residual=ch["res"] is not None,
-                            clip_lo=ch["lo"], clip_hi=ch["hi"], act=ch["act"])
+                            clip_lo=ch["lo"], clip_hi=ch["hi"], act=ch["act"],
+                            dilation=tuple(int(d) for d in a.dilation))
             ins = [producer[conv.args[0]]] + ([producer[ch["res"]]] if ch["res"] is not None else [])
             k = rank[ch["conv"]]
             name = f"conv{k}"
@@ -437,10 +456,32 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                              tuple(producer[v] for v in vin), out_shape, layouts=lay, binding=i)
         producer[b.var] = name
 
-    ret_vars = _vars_in(ret, rx)
-    if len(ret_vars) != 1 or not isinstance(ret, rx.Var):
-        raise UnsupportedModel("graphselect supports models with a single tensor output")
-    layers["output"] = Layer("output", "output", "output", (producer[ret],), _shape(ret))
+    constants: dict[str, object] = {}
+    if isinstance(ret, rx.Var):
+        rets = [ret]
+    elif isinstance(ret, rx.Tuple) and ret.fields and all(isinstance(f, rx.Var) or _is_const(f) for f in ret.fields):
+        rets = []
+        for k, f in enumerate(ret.fields):
+            if _is_const(f):
+                # an output the importer computed ahead of time (BN's running statistics): a source
+                # layer whose value is that constant
+                v = rx.Var(f"const_output{k}", f.ty)
+                name = f"const_output{k}"
+                layers[name] = Layer(name, "input", "constant", (), _shape(f))
+                producer[v] = name
+                constants[name] = f
+                f = v
+            rets.append(f)
+    else:
+        raise UnsupportedModel("the imported module returns a nested or computed value; graphselect supports "
+                               "models whose outputs are tensors")
+    for v in rets:
+        if v not in producer:
+            raise UnsupportedModel(f"output {v.name} is not computed by the model")
+        if _shape(v) is None:
+            raise UnsupportedModel(f"output {v.name} has no static tensor shape after import")
+    layers["output"] = Layer("output", "output", "output", tuple(producer[v] for v in rets),
+                             _shape(ret) if len(rets) == 1 else None)
 
     g = nx.DiGraph()
     g.add_nodes_from(layers)
@@ -450,7 +491,12 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                 g.edges[src, name]["ports"].append(port)
             else:
                 g.add_edge(src, name, ports=[port])
-    return LayerGraph(layers=layers, graph=g, func=func, output="output")
+    return LayerGraph(layers=layers, graph=g, func=func, output="output", extra={"constants": constants})
+
+
+def input_layer(k: int) -> str:
+    """The name of the layer of the function's ``k``-th parameter."""
+    return "input" if k == 0 else f"input{k}"
 
 
 def ops_summary(lg: LayerGraph) -> dict[str, int]:

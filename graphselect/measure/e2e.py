@@ -120,15 +120,17 @@ def median(ts: list[float]) -> float:
     return float(np.median(ts)) if ts else float("nan")
 
 
-def vm_runner(executable, x: np.ndarray):
-    """A zero-argument callable running the compiled network on ``x`` (result synchronised)."""
+def vm_runner(executable, x):
+    """A zero-argument callable running the compiled network on ``x`` (an array, or one per
+    input; result synchronised)."""
     import tvm
     from tvm import relax
+    from ..runtime import device_args
     dev = tvm.cpu()
     vm = relax.VirtualMachine(executable, dev)
-    xt = tvm.runtime.tensor(x, dev)
+    xt = device_args(x, dev)
     f = vm["main"]
-    return _tagged(lambda: f(xt), "tvm")
+    return _tagged(lambda: f(*xt), "tvm")
 
 
 def ort_session(model_bytes: bytes, threads: int):
@@ -140,8 +142,10 @@ def ort_session(model_bytes: bytes, threads: int):
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def ort_runner(sess, input_name: str, x: np.ndarray):
-    feed = {input_name: x}
+def ort_runner(sess, input_name, x=None):
+    """A zero-argument callable running an onnxruntime session: ``ort_runner(sess, feed)`` with a
+    name -> array dict, or ``ort_runner(sess, name, array)``."""
+    feed = input_name if isinstance(input_name, dict) else {input_name: x}
     return _tagged(lambda: sess.run(None, feed), "onnxruntime")
 
 

@@ -20,6 +20,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..runtime import device_args
+
 BUILTIN_PREFIX = "vm.builtin."
 
 
@@ -62,10 +64,10 @@ class _Recorder:
         return 0
 
 
-def time_networks(executables: dict, x: np.ndarray, *, rounds: int = 8, block: int = 5,
+def time_networks(executables: dict, x, *, rounds: int = 8, block: int = 5,
                   quiet: Callable[[], bool] | None = None, waits: int = 10, seconds: float = 0.0,
                   max_rounds: int = 40) -> dict[str, NetworkTiming]:
-    """Time each executable (name -> Relax VM executable) on input ``x``: ``rounds`` rounds (more,
+    """Time each executable (name -> Relax VM executable) on input ``x`` (an array, or one per input): ``rounds`` rounds (more,
     up to ``max_rounds``, while the session has run less than ``seconds``: small networks get
     many rounds for the price of a big one's few), each a plain block and an instrumented block
     of ``block`` calls per network (after one warm-up call each), networks in alternating order.
@@ -74,7 +76,7 @@ def time_networks(executables: dict, x: np.ndarray, *, rounds: int = 8, block: i
     import tvm
     from tvm import relax
     dev = tvm.cpu()
-    xt = tvm.runtime.tensor(np.ascontiguousarray(x, dtype="float32"), dev)
+    xt = device_args(x, dev)
     plain, hooked, recs = {}, {}, {}
     for name, ex in executables.items():
         plain[name] = relax.VirtualMachine(ex, dev)["main"]
@@ -97,22 +99,22 @@ def time_networks(executables: dict, x: np.ndarray, *, rounds: int = 8, block: i
             time.sleep(0.5)
         for n in (names if r % 2 == 0 else names[::-1]):
             f = plain[n]
-            f(xt)
+            f(*xt)
             ts = []
             for _ in range(block):
                 t = time.perf_counter()
-                f(xt)
+                f(*xt)
                 ts.append((time.perf_counter() - t) * 1e3)
             e2e[n].append(float(np.median(ts)))
             g, rec = hooked[n], recs[n]
             rec.start()
-            g(xt)                                     # warm-up, discarded
+            g(*xt)                                     # warm-up, discarded
             rec.calls.clear()
             ts = []
             for _ in range(block):
                 rec.start()
                 t = time.perf_counter()
-                g(xt)
+                g(*xt)
                 ts.append((time.perf_counter() - t) * 1e3)
             inst[n].append(float(np.median(ts)))
             per_round[n].append([[ns / 1e6 for _, ns in call] for call in rec.calls])

@@ -16,7 +16,7 @@ from costmodels.table import EdgeTable, LayerTable, Option, option_keys
 from .. import candidates as cand_mod
 from .. import codegen
 from ..graph import layouts
-from ..graph.layers import Layer, LayerGraph, _is_const, _shape
+from ..graph.layers import Layer, LayerGraph, _is_const, _shape, input_layer
 from .local import Check, Job
 
 
@@ -82,7 +82,7 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
     from tvm import relax as rx
     func = lg.func
     bindings = list(func.body.blocks[0].bindings)
-    var_of = {"input": func.params[0]}
+    var_of = {input_layer(k): v for k, v in enumerate(func.params)}
     for l in lg.layers.values():
         if l.binding >= 0:
             var_of[l.name] = bindings[l.binding].var
@@ -98,7 +98,8 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
             tables.append(LayerTable(layer.name, layer.kind, (Option("input", (), layouts.NCHW),)))
             continue
         if layer.kind == "output":
-            tables.append(LayerTable(layer.name, layer.kind, (Option("output", (layouts.NCHW,), None),)))
+            tables.append(LayerTable(layer.name, layer.kind,
+                                     (Option("output", (layouts.NCHW,) * len(layer.inputs), None),)))
             continue
         opts, objs = [], []
         if layer.kind == "conv":
@@ -123,13 +124,23 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
                 raise GraphSelectError(
                     f"conv layer {layer.name} ({spec.describe()}{', ' + layer.onnx_name if layer.onnx_name else ''}) "
                     f"has no candidate in the families {', '.join(families or cand_mod.FAMILIES)}; "
-                    f"include 'direct' (it applies to every conv)")
+                    + ("include 'depthwise'" if spec.depthwise and not spec.dilated
+                       else "include 'direct' (it applies to every other conv)"))
         else:
             expr = bindings[layer.binding].value
             in_shapes = [lg.layers[s].out_shape for s in layer.inputs]
             wl = _op_workload(layer, expr, in_shapes)
             nports = len(layer.inputs)
             wbytes = const_bytes(lg, layer)
+            if isinstance(expr, rx.Call):
+                for s, shp in zip(layer.inputs, in_shapes):
+                    ty = getattr(var_of.get(s), "ty", None)
+                    if shp is None and type(ty).__name__ == "TensorType":
+                        from ..errors import UnsupportedModel
+                        raise UnsupportedModel(
+                            f"layer {layer.name} ({layer.op}) reads {s}, whose shape is not static after import "
+                            f"({ty}): it could not be measured, and costing it as free would be wrong; fix the "
+                            f"input shapes (--input-shape) or fold the shape computation into constants")
             for lay in layer.layouts:
                 def body(bb, params=None, layer=layer, expr=expr, lay=lay):
                     from ..codegen.emit import emit_agnostic
@@ -143,7 +154,7 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
                         return _lower_snippet(lambda bb: body(bb, ps), target, module, ps)
                     jobs.append(Job(wl, f"layout={lay}", build, version=ops_version))
                     kernel = (wl, f"layout={lay}")
-                # else no kernel: tuple plumbing
+                # else no kernel: tuple plumbing (TupleGetItem, a tuple of tensors), no compute
                 opts.append(Option(lay, (lay,) * nports, lay, kernel, weight_bytes=wbytes))
                 objs.append(lay)
         tables.append(LayerTable(layer.name, layer.kind, tuple(opts)))

@@ -90,6 +90,9 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "schema_version": SCHEMA_VERSION,
         "model": imported.name,
         "input": {"name": imported.prepared.input_name, "shape": list(imported.prepared.input_shape)},
+        "inputs": [{"name": n, "shape": list(sh)} for n, sh in imported.prepared.shapes.items()],
+        "outputs": _outputs(imported),
+        "reference": {"name": checked.reference, "why": checked.reference_note},
         "prepare_notes": list(imported.prepared.notes),
         "folded_batchnorm": imported.prepared.folded_bn,
         "target": settings.spec.key, "cpu": settings.ctx.cpu, "threads": settings.spec.threads,
@@ -185,4 +188,15 @@ def _count(it) -> dict:
     out: dict = {}
     for x in it:
         out[x] = out.get(x, 0) + 1
+    return out
+
+
+def _outputs(imported) -> list[dict]:
+    """Every graph output's name and shape (from the prepared model's inferred shapes)."""
+    g = imported.prepared.model.graph
+    out = []
+    for o in g.output:
+        tt = o.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] if tt.HasField("shape") else None
+        out.append({"name": o.name, "shape": shape})
     return out

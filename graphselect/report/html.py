@@ -176,8 +176,13 @@ def tag(text: str, cls: str = "") -> str:
 # page sections
 
 def header(r: dict) -> str:
-    inp = r.get("input") or {}
-    meta = [("input", f"{fmt(inp.get('name'))} {fmt(inp.get('shape'))}"), ("target", r.get("target")),
+    ins = r.get("inputs") or ([r["input"]] if r.get("input") else [])
+    outs = r.get("outputs") or []
+    meta = [("input" + ("s" if len(ins) > 1 else ""), "; ".join(f"{fmt(i.get('name'))} {fmt(i.get('shape'))}" for i in ins)
+             or DASH),
+            ("output" + ("s" if len(outs) > 1 else ""), "; ".join(f"{fmt(o.get('name'))} {fmt(o.get('shape'))}"
+                                                               for o in outs) or DASH),
+            ("target", r.get("target")),
             ("CPU", r.get("cpu")), ("threads", r.get("threads")), ("TVM", r.get("tvm_version"))]
     spans = "".join(f"<span><b>{esc(k)}</b> {esc(v)}</span>" for k, v in meta)
     return f'<header><h1>{esc(r.get("model"))}</h1><div class="meta">{spans}</div></header>'
@@ -243,7 +248,9 @@ def summary(r: dict) -> str:
         ("Cache", cache_text(r)),
         ("Solver", solver_text(r)),
         ("Layout transforms in the network", r.get("layout_transforms")),
-        ("Max relative error vs onnxruntime", f"{err:.2e}" if is_num(err) else DASH),
+        ("Max relative error vs the reference", (f"{err:.2e}" if is_num(err) else DASH)
+         + f" against {fmt((r.get('reference') or {}).get('name') or 'onnxruntime')}"
+         + (f" ({(r.get('reference') or {}).get('why')})" if (r.get('reference') or {}).get('why') else "")),
         ("Conv layers", r.get("conv_layers")),
         ("Families chosen", counts(r.get("families_chosen"))),
         ("Stage seconds", seconds(r.get("stage_seconds"))),

@@ -133,7 +133,9 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
         ("onnxruntime", f"{_ms(report.get('onnxruntime_ms'))}, ratio {_ratio(report)}"),
         ("solver", _solver(report)),
         ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
-        ("max rel err", f"{err:.2e}" if _num(err) else MISSING),
+        ("max rel err", (f"{err:.2e}" if _num(err) else MISSING)
+         + (f" (every output, against {(report.get('reference') or {}).get('name')})"
+            if (report.get("reference") or {}).get("name") else "")),
         ("stages", _stages(report)),
         ("records", _records(report)),
     ]
@@ -156,9 +158,9 @@ def summary_table(report: dict, *, width: int = 120) -> str:
     blank where the chosen candidate is the fastest on its own (weights cold).
     """
     report = report or {}
-    inp = report.get("input") or {}
-    shape = "x".join(map(str, inp.get("shape") or [])) or MISSING
-    title = (f"{_s(report.get('model'))}  input {shape}  target {_s(report.get('target'))}  "
+    ins = report.get("inputs") or ([report["input"]] if report.get("input") else [])
+    shape = ", ".join("x".join(map(str, i.get("shape") or [])) for i in ins) or MISSING
+    title = (f"{_s(report.get('model'))}  input{'s' if len(ins) > 1 else ''} {shape}  target {_s(report.get('target'))}  "
              f"threads {_s(report.get('threads'))}")
     rows = _conv_rows(report)
     lines = [_cut(title, width), ""]

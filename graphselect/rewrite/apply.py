@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from ..graph import layouts
-from ..graph.layers import LayerGraph
+from ..graph.layers import LayerGraph, input_layer
 from ..codegen.emit import emit_agnostic, emit_conv, subst, transform
 
 log = logging.getLogger(__name__)
@@ -25,13 +25,14 @@ def apply(lg: LayerGraph, selection: dict, target):
                          if isinstance(f, tirx.PrimFunc)})
     bb = rx.BlockBuilder(base)
     by_binding = {l.binding: l for l in lg.layers.values() if l.binding >= 0}
-    var_of = {}                      # layer name -> original relax var
-    param = func.params[0]
-    var_of["input"] = param
+    params = list(func.params)
+    var_of = {input_layer(k): v for k, v in enumerate(params)}   # layer name -> original relax var
     for l in lg.layers.values():
         if l.binding >= 0:
             var_of[l.name] = bindings[l.binding].var
-    avail: dict[str, dict[str, object]] = {"input": {layouts.NCHW: param}}
+    avail: dict[str, dict[str, object]] = {input_layer(k): {layouts.NCHW: v} for k, v in enumerate(params)}
+    for name, const in lg.extra.get("constants", {}).items():   # outputs the importer computed ahead
+        avail[name] = {layouts.NCHW: const}
     ntransforms = [0]
 
     def get(src: str, layout: str):
@@ -44,7 +45,7 @@ def apply(lg: LayerGraph, selection: dict, target):
         have[layout] = v
         return v
 
-    with bb.function("main", [param], attrs={"num_input": 1}):
+    with bb.function("main", params, attrs={"num_input": len(params)}):
         with bb.dataflow():
             for i, b in enumerate(bindings):
                 layer = by_binding.get(i)
@@ -64,7 +65,8 @@ def apply(lg: LayerGraph, selection: dict, target):
                 else:
                     v = bb.emit(subst(b.value, env))
                 avail[layer.name] = {layout: v}
-            out = bb.emit_output(get(lg.layers[lg.output].inputs[0], layouts.NCHW))
+            outs = [get(src, layouts.NCHW) for src in lg.layers[lg.output].inputs]
+            out = bb.emit_output(outs[0] if len(outs) == 1 else rx.Tuple(outs))
         bb.emit_func_output(out)
     mod = bb.get()
     log.debug("rewrite: %d layout transforms inserted", ntransforms[0])

@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-pytest.importorskip("tvm")
+import tvm  # noqa: F401 - a hard dependency: a broken install must fail, not skip
 
 import graphselect
 import models

@@ -193,7 +193,7 @@ def test_html_missing_values_render_as_dash():
     r = fake_report(measured=False)
     p = _parse(render_html(r))
     text = "".join(p.text)
-    for label in ("Measured end-to-end", "onnxruntime", "Ratio to onnxruntime", "Max relative error vs onnxruntime"):
+    for label in ("Measured end-to-end", "onnxruntime", "Ratio to onnxruntime", "Max relative error vs the reference"):
         i = text.index(label)
         assert text[i + len(label):].startswith(DASH), label
     failed = [r for r in p.rows if r["text"][:1] == ["nchwc(ic_bn=3,oc_bn=16,reg_n=8)"]]

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-tvm = pytest.importorskip("tvm")
+import tvm  # a hard dependency: a broken install must fail, not skip
 
 from graphselect import candidates
 from graphselect.graph.layers import ConvSpec

@@ -3,7 +3,7 @@ against the float64 reference, with every fused epilogue."""
 import numpy as np
 import pytest
 
-tvm = pytest.importorskip("tvm")
+import tvm  # a hard dependency: a broken install must fail, not skip
 
 from graphselect import candidates
 from graphselect.candidates import base, depthwise
