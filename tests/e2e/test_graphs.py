@@ -204,3 +204,24 @@ def test_a_layer_with_an_unknown_shape_is_an_error_not_free(store):
     m = _model(nodes, [_t("x", [1, 2, 4, 4])], [_t("y", [])], [_w("w", (2, 2, 3, 3))])
     with pytest.raises(graphselect.UnsupportedModel, match="shape is not static"):
         graphselect.optimize(m, cache=store, benchmark_runs=0, families=["direct"])
+
+
+def test_old_opsets_optimize_against_a_converted_reference(store):
+    """The issue's two cases: BatchNormalization at opset 6 and AveragePool at opset 1 (valid ONNX
+    onnxruntime has no kernels for) optimize; the reference is onnxruntime after conversion."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pure"))
+    from test_reference import _bn_opset6, _expected
+    x = RNG.standard_normal((1, 3, 4, 4)).astype("float32")
+    m = _bn_opset6()
+    r = graphselect.optimize(m, cache=store, benchmark_runs=0)
+    assert r.report["reference"]["name"] == "onnxruntime (opset 6 converted to 17)"
+    assert "BatchNormalization(6)" in r.report["reference"]["why"]
+    _close(r.run(x), _expected(x, m).astype("float32"))
+    n = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    g = helper.make_graph([n], "ap", [_t("x", [1, 3, 4, 4])], [_t("y", [1, 3, 2, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 1)], ir_version=3)
+    r = graphselect.optimize(m, cache=store, benchmark_runs=0)
+    assert r.report["reference"]["name"] == "onnxruntime (opset 1 converted to 17)"
+    _close(r.run(x), x.reshape(1, 3, 2, 2, 2, 2).mean(axis=(3, 5)))
