@@ -59,6 +59,28 @@ def uniform_choice(problem, lg, plan, block: int):
     return tuple(choice)
 
 
+def openvino_runner(model, x, threads: int):
+    """A zero-argument callable running OpenVINO's CPU plugin on ``x`` (latency hint, f32,
+    ``threads`` inference threads); None where openvino is not installed (a benchmark peer, never a
+    dependency of graphselect)."""
+    try:
+        import openvino as ov
+    except ImportError:
+        print("openvino is not installed: no OpenVINO column", file=sys.stderr)
+        return None
+    import tempfile
+    core = ov.Core()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.onnx"
+        path.write_bytes(model.SerializeToString())
+        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
+                                                         "INFERENCE_PRECISION_HINT": "f32"})
+    req = compiled.create_infer_request()
+    fn = lambda: req.infer({0: x})  # noqa: E731
+    fn.runtime = "openvino"
+    return fn
+
+
 def cpu_name() -> str:
     from graphselect.target import cpu_model
     return cpu_model()
@@ -74,6 +96,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--image-size", type=int, default=None)
     ap.add_argument("--tvm-default", action="store_true", help="also time TVM's unscheduled default pipeline")
+    ap.add_argument("--openvino", action="store_true",
+                    help="also time OpenVINO's CPU plugin (latency hint, f32, same threads), where it is installed")
     ap.add_argument("--default-runs", type=int, default=10)
     ap.add_argument("--sparsity", type=float, default=None,
                     help="zoo models: magnitude-prune every conv to this sparsity first")
@@ -131,6 +155,13 @@ def main():
         quiet = {k: _quiet(ts.ms[k]) for k in fns} | {"onnxruntime": _quiet(vs.ms["onnxruntime"])}
         to_ort = vs.ratio("graphselect", "onnxruntime")
         ratio = {k: ts.ratio(k, "graphselect") * to_ort for k in fns} | {"onnxruntime": 1.0}
+        if a.openvino:
+            ov = openvino_runner(m, x, a.threads)
+            if ov is not None:
+                vo = compare({"graphselect": fns["graphselect"], "openvino": ov}, runs=a.runs)
+                t["openvino"] = vo.median("openvino")
+                quiet["openvino"] = _quiet(vo.ms["openvino"])
+                ratio["openvino"] = vo.ratio("openvino", "graphselect") * to_ort
         if a.tvm_default:
             dmod = from_onnx(m, shape_dict={res.input_name: list(res.input_shape)})
             dex = tvm.compile(dmod, target=res.target)
@@ -180,7 +211,7 @@ def _quiet(blocks) -> float:
     return float(np.percentile(meds, 25)) if meds else float("nan")
 
 
-PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime")
+PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime", "openvino")
 
 
 def _err(p, m):
@@ -204,8 +235,8 @@ def _table(rows):
         lines += [f"CPU: {', '.join(cpu)}", "",
                   "| model | input | graphselect ms (x ORT) | onnxruntime ms | greedy / graphselect | uniform x ORT | "
                   "predicted ms | error vs quiet | error vs median | optimize's check: error vs quiet | "
-                  "returned / fastest built | rounds | optimize s (measure, select) | max rel err |",
-                  "|" + "---|" * 14]
+                  "returned / fastest built | rounds | optimize s (measure, select) | max rel err | OpenVINO x ORT |",
+                  "|" + "---|" * 15]
         for r in rows:
             p = r["predicted_ms"]["graphselect"]
             chk = r.get("optimize_check_ms") or {}
@@ -219,7 +250,8 @@ def _table(rows):
                 f"{100 * _err(p, chk.get('quiet')):+.1f}% | {r['returned_over_fastest']} | "
                 f"{r['rounds']}{'' if r['converged'] else ' (limit)'} | "
                 f"{r['optimize_s']:.0f} ({st.get('measure', float('nan')):.0f}, {st.get('select', float('nan')):.0f}) | "
-                f"{r['max_rel_err']:.1e} |")
+                f"{r['max_rel_err']:.1e} | "
+                + (f"{r['ratio_to_ort']['openvino']:.3f} |" if "openvino" in r["ratio_to_ort"] else "— |"))
         eq = [abs(_err(r["predicted_ms"]["graphselect"], r["quiet_ms"]["graphselect"])) for r in rows]
         em = [abs(_err(r["predicted_ms"]["graphselect"], r["ms"]["graphselect"])) for r in rows]
         worst = max(r["returned_over_fastest"] or 1.0 for r in rows)

@@ -3,7 +3,8 @@
 Grouped convolutions (1 < groups < channels) reduce over their group's input channels; an output
 channel tile never straddles two groups. Dilated convolutions step their taps by the dilation.
 Depthwise convolutions belong to ``depthwise``, except dilated ones (``depthwise`` has no
-dilation), which this family takes as groups of one channel."""
+dilation), which this family takes as groups of one channel. 1x1 stride-1 convs also get a
+flattened-pixel variant (``flat=1``): vectors along the pixels, up to 29 output channels per tile."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,9 +29,27 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
     if not tiles:            # e.g. ShuffleNet's 58 channels: direct must apply to every conv
         tiles = [max(divisors_in(og, 1, 8))]
     welems = spec.out_channels * (spec.in_channels // spec.groups) * spec.kernel[0] * spec.kernel[1]
-    return [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
-                           weight_elems=welems, workspace_bytes=spec.padded_input_bytes, oc_tile=t, vec=_vec(spec.out_w))
-            for t in tiles]
+    out = [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
+                          weight_elems=welems, workspace_bytes=spec.padded_input_bytes, oc_tile=t, vec=_vec(spec.out_w))
+           for t in tiles]
+    return out + [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
+                                 weight_elems=welems, oc_tile=t, vec=v, flat=1) for t, v in _flat_tiles(spec, og)]
+
+
+def _flat_tiles(spec: ConvSpec, og: int) -> list[tuple[int, int]]:
+    """A 1x1 stride-1 conv is a matrix product over the flattened output pixels: full 16-float
+    vectors along them (a row of 14 or 7 pixels is not a vector) and output-channel tiles that
+    need not be powers of two (ShuffleNet's 58, 116 and 232 channels: 29 accumulators), so every
+    input vector loaded feeds many FMAs."""
+    if spec.kernel != (1, 1) or spec.stride != (1, 1) or any(spec.padding) or spec.groups != 1 or spec.dilated:
+        return []
+    pixels = spec.out_h * spec.out_w
+    vec = next((v for v in (16, 8) if pixels % v == 0), None)   # 14x14, 7x7: a row vector is faster
+    if vec is None:
+        return []
+    # up to 29 accumulators: with the input vector and a broadcast weight, 31 of the 32 registers
+    ts = divisors_in(og, 4, 29)
+    return [(t, vec) for t in ts[-2:]]
 
 
 def compute(spec: ConvSpec):
@@ -65,6 +84,21 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     conv, epi = sch.get_sblock("conv"), sch.get_sblock("epilogue")
     b, o, y, x, rc, ry, rx = sch.get_loops(conv)
     oo, oi = sch.split(o, [None, cand.param("oc_tile")])
+    if dict(cand.params).get("flat"):
+        # 1x1: pixels flattened, a vector of pixels times an oc_tile of channels per register tile
+        po, pi = sch.split(sch.fuse(y, x), [None, cand.param("vec")])
+        sch.reorder(b, oo, po, rc, ry, rx, oi, pi)
+        sch.vectorize(pi)
+        sch.unroll(oi)
+        sch.parallel(sch.fuse(b, oo, po))
+        # the epilogue as its own pass: a vector of flattened pixels is not a rectangle of (y, x),
+        # so it cannot be computed at the conv's tile
+        eb, eo, ey, ex = sch.get_loops(epi)
+        eo_, ei = sch.split(sch.fuse(ey, ex), [None, cand.param("vec")])
+        sch.parallel(sch.fuse(eb, eo))
+        sch.vectorize(ei)
+        schedule_tail(sch, conv, rc, spec, pad_outer=2)
+        return finish(sch.mod["main"], cand, spec, name)
     xo, xi = sch.split(x, [None, cand.param("vec")])
     sch.reorder(b, oo, y, xo, rc, ry, rx, oi, xi)
     sch.reverse_compute_at(epi, xo)

@@ -126,6 +126,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
                  "fastest_measured": fastest},
         "alternatives": alternatives,
         "kernels": _kernel_points(imported, selection),
+        "breakdown": _breakdown(imported, chosen, selection.innet.get(chosen.label), layers),
         "hardware": machine.hardware,
         "chosen_by": "closed loop" if selection.rounds and selection.innet else sol.method,
         "stage_seconds": stage_seconds,
@@ -140,6 +141,34 @@ def _innet_by_layer(imported, b, timing) -> dict:
     from ..pipeline import conv_symbols
     sym = conv_symbols(imported, b)
     return {sym[c.symbol]: c.ms for c in timing.calls if c.symbol in sym}
+
+
+CATEGORIES = (("layout transforms", ("layout_transform",)), ("pooling", ("pool",)),
+              ("matmul / dense", ("matmul", "dense", "gemm")))
+
+
+def _breakdown(imported, b, timing, layers) -> dict | None:
+    """Where the returned network's time goes, measured in place: conv kernels (beside their
+    isolated cold and warm sums), other kernels by kind, the VM's own builtins and the per-call
+    cost the hook measurement attributes to every call (thread-pool launch and join, dispatch)."""
+    if timing is None:
+        return None
+    from ..pipeline import conv_symbols
+    sym = conv_symbols(imported, b)
+    groups: dict[str, list] = {"conv kernels": []}
+    for c in timing.calls:
+        if c.symbol in sym:
+            groups["conv kernels"].append(c.ms)
+            continue
+        name = next((cat for cat, keys in CATEGORIES if any(k in c.symbol for k in keys)), "other kernels")
+        groups.setdefault(name, []).append(c.ms)
+    convs = [r for r in layers if r["kind"] == "conv"]
+    return {"e2e_ms": _r(timing.e2e_ms), "kernel_calls": len(timing.calls),
+            "parts": [{"part": k, "calls": len(v), "ms": _r(sum(v))} for k, v in groups.items()]
+            + [{"part": "VM builtins", "calls": None, "ms": _r(timing.builtin_ms)}],
+            "conv_isolated_cold_ms": _r(sum(r["isolated_cold_ms"] or 0 for r in convs)),
+            "conv_isolated_warm_ms": _r(sum(r["isolated_warm_ms"] or 0 for r in convs)),
+            "hook_overhead_us_per_call": _r(timing.overhead_ms * 1e3, 2)}
 
 
 def _kernel_points(imported, selection) -> list[dict]:

@@ -560,6 +560,20 @@ def versus_greedy(r: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------
 
+def breakdown_table(r: dict) -> str:
+    b = r.get("breakdown")
+    if not b:
+        return empty("not timed in place (no closed loop in this run)")
+    e2e = b.get("e2e_ms")
+    rows = [[p.get("part"), p.get("calls"), p.get("ms"),
+             f"{100 * p['ms'] / e2e:.1f}%" if is_num(p.get("ms")) and is_num(e2e) and e2e else DASH]
+            for p in b.get("parts") or []]
+    rows.append(["network, end to end", b.get("kernel_calls"), e2e, "100%"])
+    rows.append(["conv kernels alone, cold / warm", None,
+                 f"{fmt(b.get('conv_isolated_cold_ms'))} / {fmt(b.get('conv_isolated_warm_ms'))}", DASH])
+    return table(["part", "calls", "ms", "share"], rows, num_cols=(1, 2, 3))
+
+
 def render_html(report: dict) -> str:
     """The whole page for one report dict (as returned by ``make_report`` or read from report.json)."""
     r = report or {}
@@ -576,6 +590,10 @@ def render_html(report: dict) -> str:
         section("Predicted against measured", scatter(r),
                 "Every conv kernel timed in place in a built network: its isolated cold time and its "
                 "calibrated cost against its time in the network (log scales; the line is equality)."),
+        section("Where the time goes, in place", breakdown_table(r),
+                "The returned network timed kernel by kernel inside the running network (the VM's instrument "
+                "hook, its own cost taken out). A kernel's in-place time includes its thread-pool launch and "
+                "join; conv kernels alone (cold: weights flushed; warm) show what running in the network adds."),
         section("Assignments built and timed", alternatives(r),
                 "The solver's assignments of each loop round, the best assignments of other cache-residency "
                 "levels and warm-cache greedy's, each built and timed end to end in interleaved rounds as a "

@@ -136,9 +136,19 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
         ("max rel err", (f"{err:.2e}" if _num(err) else MISSING)
          + (f" (every output, against {(report.get('reference') or {}).get('name')})"
             if (report.get("reference") or {}).get("name") else "")),
+        ("in place", _breakdown(report)),
         ("stages", _stages(report)),
         ("records", _records(report)),
     ]
+
+
+def _breakdown(report: dict) -> str:
+    b = report.get("breakdown")
+    if not b:
+        return MISSING
+    parts = ", ".join(f"{p['part']} {_ms(p['ms'])}" for p in b.get("parts") or [])
+    return (f"{parts} of {_ms(b.get('e2e_ms'))} ({b.get('kernel_calls')} kernel calls; conv kernels alone "
+            f"{_ms(b.get('conv_isolated_cold_ms'))} cold, {_ms(b.get('conv_isolated_warm_ms'))} warm)")
 
 
 def _labelled(pairs: list[tuple[str, str]], width: int) -> list[str]:

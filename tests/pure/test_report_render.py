@@ -387,3 +387,21 @@ def test_terminal_shows_the_loop_rounds():
     out = summary_table(_looped_report())
     assert "closed loop" in out and "-12.9%" in out and "cp-sat (round 1)" in out
     assert "3 network(s)" in out and "-9.5%" in out
+
+
+def test_the_in_place_breakdown_is_shown():
+    r = _looped_report()
+    r["breakdown"] = {"e2e_ms": 5.0, "kernel_calls": 28, "hook_overhead_us_per_call": 1.6,
+                      "conv_isolated_cold_ms": 4.6, "conv_isolated_warm_ms": 4.1,
+                      "parts": [{"part": "conv kernels", "calls": 20, "ms": 4.5},
+                                {"part": "layout transforms", "calls": 5, "ms": 0.25},
+                                {"part": "pooling", "calls": 1, "ms": 0.2},
+                                {"part": "VM builtins", "calls": None, "ms": 0.05}]}
+    p = _parse(render_html(r))
+    assert p.errors == []
+    assert [row["text"] for row in _rows_of(p, "layout transforms")] == [["layout transforms", "5", "0.250", "5.0%"]]
+    assert _rows_of(p, "conv kernels alone, cold / warm")[0]["text"][2] == "4.600 / 4.100"
+    out = summary_table(r, width=300)
+    assert "conv kernels 4.500 ms, layout transforms 0.250 ms" in out and "28 kernel calls" in out
+    del r["breakdown"]
+    assert "not timed in place" in "".join(_parse(render_html(r)).text)

@@ -21,6 +21,8 @@ SPECS = [
     ConvSpec(1, 32, 8, 8, 64, (1, 1), (2, 2), (0, 0, 0, 0)),
     # asymmetric padding, rectangular input, non-square kernel
     ConvSpec(2, 8, 9, 12, 16, (3, 1), (1, 1), (1, 0, 0, 0), bias=True),
+    # ShuffleNet-like 1x1 with 58 channels (flattened-pixel direct with a 29-channel tile), residual
+    ConvSpec(1, 58, 12, 12, 58, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, residual=True, clip_lo=0.0),
 ]
 
 
@@ -155,3 +157,15 @@ def test_direct_applies_to_every_conv():
     b = rng.standard_normal(58).astype("float32")
     got, _ = _run(cands[0], spec, x, w, b, None)
     assert rel_err(got, conv2d_nchw(x, w, bias=b, lo=0.0)) < 1e-5
+
+
+def test_direct_flattens_the_pixels_of_1x1_stride_1_convs():
+    """1x1 stride-1 convs also get the flattened-pixel schedule: 16-float vectors along the pixels
+    (rows of 12 or 28 are not vectors) and channel tiles up to 29 (58 = 2 x 29 channels)."""
+    spec = ConvSpec(1, 58, 12, 12, 58, (1, 1), (1, 1), (0, 0, 0, 0))
+    flat = [c for c in candidates.propose(spec) if dict(c.params).get("flat")]
+    assert [(c.param("oc_tile"), c.param("vec")) for c in flat] == [(29, 16)]
+    assert not [c for c in candidates.propose(ConvSpec(1, 58, 7, 7, 58, (1, 1), (1, 1), (0, 0, 0, 0)))
+                if dict(c.params).get("flat")]           # 49 pixels: no full vectors
+    assert not [c for c in candidates.propose(ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1)))
+                if dict(c.params).get("flat")]           # 3x3: not a matrix product over pixels
