@@ -11,8 +11,6 @@ record store of an earlier run on this machine.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import math
 import os
 import sys
@@ -20,6 +18,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from results_io import save  # noqa: E402
 
 
 def best(meas, workload, plan_opts, family, attr):
@@ -64,14 +65,7 @@ def main():
                      f"{f(wm['winograd'], '.3f')} | {f(wm['speedup'], '.2f')}x | {f(cm['nchwc'], '.3f')} | "
                      f"{f(cm['winograd'], '.3f')} | {f(cm['speedup'], '.2f')}x | "
                      f"{f(r['gflop'] / wm['winograd'] * 1e3, '.0f')} | {wm['winograd_cfg'] or '— (C=3: not applicable)'} |")
-    md = "\n".join(lines) + "\n"
-    print(md)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / f"layers-{stamp}.md").write_text(md)
-    (out / f"layers-{stamp}.json").write_text(json.dumps(rows, indent=1, default=str))
-
+    save("layers", "\n".join(lines) + "\n", rows)
 
 if __name__ == "__main__":
     main()

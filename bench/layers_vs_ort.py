@@ -18,8 +18,6 @@ with the CPU's name.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import math
 import os
 import sys
@@ -29,6 +27,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from results_io import save  # noqa: E402
 
 
 def conv_model(layer):
@@ -188,15 +189,8 @@ def main():
         lines += ["", f"all {sum(len(r['layers']) for r in rows)} conv layers: best (same run) {tot_best:.3f} ms, "
                       f"onnxruntime less its call floor {tot_ort:.3f} ms ({tot_best / tot_ort:.2f}x); {len(slower)} of {len(rows)} "
                       f"workloads slower than onnxruntime (bold)"]
-        md = "\n".join(lines) + "\n"
-        print(md)
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = HERE / "results"
-        out.mkdir(exist_ok=True)
-        (out / f"layers-vs-ort-{name}-{stamp}.md").write_text(md)
-        (out / f"layers-vs-ort-{name}-{stamp}.json").write_text(json.dumps(
-            {"model": name, "cpu": cpu_model(), "threads": a.threads, "rows": rows}, indent=1, default=str))
-
+        save(f"layers-vs-ort-{name}", "\n".join(lines) + "\n",
+             {"model": name, "cpu": cpu_model(), "threads": a.threads, "rows": rows})
 
 if __name__ == "__main__":
     main()
