@@ -4,7 +4,8 @@ Grouped convolutions (1 < groups < channels) reduce over their group's input cha
 channel tile never straddles two groups. Dilated convolutions step their taps by the dilation.
 Depthwise convolutions belong to ``depthwise``, except dilated ones (``depthwise`` has no
 dilation), which this family takes as groups of one channel. 1x1 stride-1 convs also get a
-flattened-pixel variant (``flat=1``): vectors along the pixels, up to 29 output channels per tile."""
+flattened-pixel variant (``flat=1``): vectors along the pixels, up to 29 output channels per tile;
+and their row schedule takes wide channel tiles too."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +29,10 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
     tiles = [t for t in (4, 8) if og % t == 0]
     if not tiles:            # e.g. ShuffleNet's 58 channels: direct must apply to every conv
         tiles = [max(divisors_in(og, 1, 8))]
+    if spec.kernel == (1, 1) and spec.groups == 1:
+        # 1x1: wide output-channel tiles (up to 29 accumulators) so each input row loaded feeds
+        # many FMAs (232->232 at 14x14: tile 8 0.073 ms, tile 29 0.059; 672->112: 0.112 -> 0.082)
+        tiles += [d for d in divisors_in(og, 9, 29 // -(-_vec(spec.out_w) // 16))][-2:]
     welems = spec.out_channels * (spec.in_channels // spec.groups) * spec.kernel[0] * spec.kernel[1]
     out = [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
                           weight_elems=welems, workspace_bytes=spec.padded_input_bytes, oc_tile=t, vec=_vec(spec.out_w))
