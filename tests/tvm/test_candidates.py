@@ -147,16 +147,18 @@ def test_candidate_keys_are_unique_per_layer(spec):
 
 
 def test_direct_applies_to_every_conv():
-    """Channel counts no tile of 4 or 8 divides (ShuffleNet's 58) still get a direct candidate."""
+    """Channel counts no tile of 4 or 8 divides (ShuffleNet's 58) still get a direct candidate,
+    and a 1x1 one a wide tile (29 channels) as well; both correct."""
     spec = ConvSpec(1, 58, 6, 6, 58, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, clip_lo=0.0)
     cands = candidates.propose(spec, ["direct"])
-    assert [c.param("oc_tile") for c in cands] == [2]
+    assert [c.param("oc_tile") for c in cands] == [2, 29]
     rng = np.random.default_rng(0)
     x = rng.standard_normal(spec.in_shape).astype("float32")
     w = rng.standard_normal((58, 58, 1, 1)).astype("float32")
     b = rng.standard_normal(58).astype("float32")
-    got, _ = _run(cands[0], spec, x, w, b, None)
-    assert rel_err(got, conv2d_nchw(x, w, bias=b, lo=0.0)) < 1e-5
+    for c in cands:
+        got, _ = _run(c, spec, x, w, b, None)
+        assert rel_err(got, conv2d_nchw(x, w, bias=b, lo=0.0)) < 1e-5, c.key
 
 
 def test_direct_flattens_the_pixels_of_1x1_stride_1_convs():
