@@ -149,7 +149,7 @@ def main():
         # graphselect against onnxruntime (a pause at every switch, so neither runtime's
         # spinning threads slow the other's calls)
         ts = compare(fns, runs=a.runs, seconds=3.0)
-        vs = compare({"graphselect": fns["graphselect"], "onnxruntime": ort_runner(sess, res.input_name, x)},
+        vs = compare({"graphselect": fns["graphselect"], "onnxruntime": ort_runner(sess, {res.input_name: x})},
                      runs=a.runs)
         t = {k: ts.median(k) for k in fns} | {"onnxruntime": vs.median("onnxruntime")}
         quiet = {k: _quiet(ts.ms[k]) for k in fns} | {"onnxruntime": _quiet(vs.ms["onnxruntime"])}

@@ -5,11 +5,11 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from .errors import GraphSelectError
+from .fsutil import probe_write
 
 
 class _Progress:
@@ -44,8 +44,6 @@ def _parse_shape(texts):
     """``--input-shape`` values (repeatable): NAME:1,3,224,224 each, or one bare 1,3,224,224."""
     if not texts:
         return None
-    if isinstance(texts, str):
-        texts = [texts]
     named, bare = {}, []
     for text in texts:
         name, _, dims = text.rpartition(":")
@@ -130,8 +128,7 @@ def _check_writable_folder(outdir: Path) -> None:
         for m in reversed(missing):
             m.mkdir()
             made.append(m)
-        with tempfile.NamedTemporaryFile(dir=outdir, prefix=".graphselect-write-test"):
-            pass
+        probe_write(outdir)
     except OSError as e:
         raise GraphSelectError(f"cannot write the output folder {outdir}: {e.strerror or e}; "
                                f"pass -o with a writable folder") from None
@@ -291,30 +288,23 @@ def main(argv=None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return a.func(a)
-    except GraphSelectError as e:
-        if a.verbose:
-            logging.getLogger("graphselect").exception("traceback")
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("\ninterrupted: measurements taken so far are kept in the record store (a rerun reuses them); "
               "nothing was written to the output folder", file=sys.stderr)
         return 130
-    except OSError as e:                  # a full disk, a folder that vanished, permissions
+    except Exception as e:  # noqa: BLE001 - every failure: one line, the traceback with -v
         if a.verbose:
             logging.getLogger("graphselect").exception("traceback")
-        print(f"error: {_one_line(e)}; check the paths given and the free disk space", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback with -v
-        if a.verbose:
-            logging.getLogger("graphselect").exception("traceback")
-        print(f"internal error: {type(e).__name__}: {_one_line(e)} (this is a graphselect bug; rerun with -v "
+        text = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, GraphSelectError):
+            print(f"error: {text}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError):          # a full disk, a folder that vanished, permissions
+            print(f"error: {text}; check the paths given and the free disk space", file=sys.stderr)
+            return 2
+        print(f"internal error: {type(e).__name__}: {text} (this is a graphselect bug; rerun with -v "
               f"for the traceback)", file=sys.stderr)
         return 1
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 if __name__ == "__main__":

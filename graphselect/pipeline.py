@@ -107,6 +107,7 @@ def _writable_store(path: Path) -> Path | None:
     """``path`` when the record store can be opened and written there; else None (records kept in
     memory for this run) with a warning that says why."""
     import sqlite3
+    from .fsutil import probe_write
     from .measure.store import RecordStore
     try:
         if path.exists() and not path.is_file():
@@ -114,9 +115,7 @@ def _writable_store(path: Path) -> Path | None:
         RecordStore(path).close()
         with open(path, "ab"):
             pass
-        probe = path.parent / f".graphselect-write-test.{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        probe_write(path.parent)          # SQLite's journal files go beside the store
         return path
     except (OSError, sqlite3.Error) as e:
         log.warning("cannot use the record store %s (%s): measurements are kept in memory for this run only; "

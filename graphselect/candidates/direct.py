@@ -32,7 +32,7 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
     if spec.kernel == (1, 1) and spec.groups == 1:
         # 1x1: wide output-channel tiles (up to 29 accumulators) so each input row loaded feeds
         # many FMAs (232->232 at 14x14: tile 8 0.073 ms, tile 29 0.059; 672->112: 0.112 -> 0.082)
-        tiles += [d for d in divisors_in(og, 9, 29 // -(-_vec(spec.out_w) // 16))][-2:]
+        tiles += divisors_in(og, 9, 29 // -(-_vec(spec.out_w) // 16))[-2:]
     welems = spec.out_channels * (spec.in_channels // spec.groups) * spec.kernel[0] * spec.kernel[1]
     out = [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
                           weight_elems=welems, workspace_bytes=spec.padded_input_bytes, oc_tile=t, vec=_vec(spec.out_w))
@@ -53,8 +53,7 @@ def _flat_tiles(spec: ConvSpec, og: int) -> list[tuple[int, int]]:
     if vec is None:
         return []
     # up to 29 accumulators: with the input vector and a broadcast weight, 31 of the 32 registers
-    ts = divisors_in(og, 4, 29)
-    return [(t, vec) for t in ts[-2:]]
+    return [(t, vec) for t in divisors_in(og, 4, 29)[-2:]]
 
 
 def compute(spec: ConvSpec):

@@ -557,15 +557,14 @@ def _is_passthrough(node, uses, inits) -> bool:
 
 
 def _check_supported(m: onnx.ModelProto, ops: frozenset[str] | None) -> None:
+    first: dict[str, str] = {}
     for i, node in enumerate(m.graph.node):
-        if node.op_type == "BatchNormalization" and node.domain in _DEFAULT_DOMAINS and _attr(node, "training_mode", 0):
+        default = node.domain in _DEFAULT_DOMAINS
+        if default and node.op_type == "BatchNormalization" and _attr(node, "training_mode", 0):
             # TVM imports it as the inference form (running statistics): silently different numbers
             raise UnsupportedModel(f"BatchNormalization node '{node.name or node.output[0]}' has training_mode=1 "
                                    f"(batch statistics, updated running means): export the model for inference "
                                    f"(model.eval() in PyTorch)")
-    first: dict[str, str] = {}
-    for i, node in enumerate(m.graph.node):
-        default = node.domain in _DEFAULT_DOMAINS
         if default and (ops is None or node.op_type in ops):
             continue
         op = node.op_type if default else f"{node.domain}.{node.op_type}"

@@ -142,10 +142,8 @@ def ort_session(model_bytes: bytes, threads: int):
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def ort_runner(sess, input_name, x=None):
-    """A zero-argument callable running an onnxruntime session: ``ort_runner(sess, feed)`` with a
-    name -> array dict, or ``ort_runner(sess, name, array)``."""
-    feed = input_name if isinstance(input_name, dict) else {input_name: x}
+def ort_runner(sess, feed: dict):
+    """A zero-argument callable running an onnxruntime session on ``feed`` (input name -> array)."""
     return _tagged(lambda: sess.run(None, feed), "onnxruntime")
 
 

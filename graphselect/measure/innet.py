@@ -67,8 +67,8 @@ class _Recorder:
 def time_networks(executables: dict, x, *, rounds: int = 8, block: int = 5,
                   quiet: Callable[[], bool] | None = None, waits: int = 10, seconds: float = 0.0,
                   max_rounds: int = 40) -> dict[str, NetworkTiming]:
-    """Time each executable (name -> Relax VM executable) on input ``x`` (an array, or one per input): ``rounds`` rounds (more,
-    up to ``max_rounds``, while the session has run less than ``seconds``: small networks get
+    """Time each executable (name -> Relax VM executable) on input ``x`` (an array, or one per
+    input): ``rounds`` rounds (more, up to ``max_rounds``, while the session has run less than ``seconds``: small networks get
     many rounds for the price of a big one's few), each a plain block and an instrumented block
     of ``block`` calls per network (after one warm-up call each), networks in alternating order.
     ``quiet()`` (a load probe) is asked before each round; while it says the machine is loaded

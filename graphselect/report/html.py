@@ -234,6 +234,7 @@ def calibration_text(r: dict) -> str:
 
 def summary(r: dict) -> str:
     err = r.get("max_rel_err")
+    ref = r.get("reference") or {}
     pairs = [
         ("Predicted end-to-end", f"{unit(r.get('predicted_e2e_ms'), 'ms')} calibrated "
                                  f"({unit(r.get('isolated_predicted_e2e_ms'), 'ms')} from isolated timings)"),
@@ -249,8 +250,7 @@ def summary(r: dict) -> str:
         ("Solver", solver_text(r)),
         ("Layout transforms in the network", r.get("layout_transforms")),
         ("Max relative error vs the reference", (f"{err:.2e}" if is_num(err) else DASH)
-         + f" against {fmt((r.get('reference') or {}).get('name') or 'onnxruntime')}"
-         + (f" ({(r.get('reference') or {}).get('why')})" if (r.get('reference') or {}).get('why') else "")),
+         + f" against {fmt(ref.get('name') or 'onnxruntime')}" + (f" ({ref['why']})" if ref.get("why") else "")),
         ("Conv layers", r.get("conv_layers")),
         ("Families chosen", counts(r.get("families_chosen"))),
         ("Stage seconds", seconds(r.get("stage_seconds"))),

@@ -117,6 +117,7 @@ def _records(report: dict) -> str:
 
 def _e2e(report: dict) -> list[tuple[str, str]]:
     err = report.get("max_rel_err")
+    ref = report.get("reference") or {}
     greedy = (report.get("greedy") or {}).get("predicted_ms")
     cal = report.get("calibration") or {}
     calib = (f"{cal.get('networks')} network(s), warm share at best {_s(cal.get('warm_max'))}, capacity "
@@ -134,8 +135,7 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
         ("solver", _solver(report)),
         ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
         ("max rel err", (f"{err:.2e}" if _num(err) else MISSING)
-         + (f" (every output, against {(report.get('reference') or {}).get('name')})"
-            if (report.get("reference") or {}).get("name") else "")),
+         + (f" (every output, against {ref['name']})" if ref.get("name") else "")),
         ("in place", _breakdown(report)),
         ("stages", _stages(report)),
         ("records", _records(report)),
