@@ -5,9 +5,11 @@
   greedy        per-layer fastest candidate with warm weights, layouts fixed up locally
   graphselect   what ``graphselect.optimize`` returns (the closed loop's final assignment)
   onnxruntime   CPU execution provider
+  openvino      OpenVINO's CPU plugin, with --openvino (where it is installed)
+  deepsparse    DeepSparse 1.8 in its own environment (a worker process), with --deepsparse
 
 Usage: python bench/e2e.py MODEL [MODEL...] [--runs 60] [--threads 2] [--batch 1] [--image-size N]
-                           [--sparsity 0.7] [--tvm-default] [--tag TEXT]
+                           [--sparsity 0.7] [--tvm-default] [--openvino] [--deepsparse] [--tag TEXT]
        python bench/e2e.py --summarize bench/results/e2e-*.json   (one table of earlier runs)
 
 Each model is optimized as a user runs it (default record store, so calibration from earlier
@@ -37,6 +39,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from peers import deepsparse_runner, openvino_runner  # noqa: E402
 
 
 def uniform_choice(problem, lg, plan, block: int):
@@ -59,28 +64,6 @@ def uniform_choice(problem, lg, plan, block: int):
     return tuple(choice)
 
 
-def openvino_runner(model, x, threads: int):
-    """A zero-argument callable running OpenVINO's CPU plugin on ``x`` (latency hint, f32,
-    ``threads`` inference threads); None where openvino is not installed (a benchmark peer, never a
-    dependency of graphselect)."""
-    try:
-        import openvino as ov
-    except ImportError:
-        print("openvino is not installed: no OpenVINO column", file=sys.stderr)
-        return None
-    import tempfile
-    core = ov.Core()
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "model.onnx"
-        path.write_bytes(model.SerializeToString())
-        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
-                                                         "INFERENCE_PRECISION_HINT": "f32"})
-    req = compiled.create_infer_request()
-    fn = lambda: req.infer({0: x})  # noqa: E731
-    fn.runtime = "openvino"
-    return fn
-
-
 def cpu_name() -> str:
     from graphselect.target import cpu_model
     return cpu_model()
@@ -98,6 +81,9 @@ def main():
     ap.add_argument("--tvm-default", action="store_true", help="also time TVM's unscheduled default pipeline")
     ap.add_argument("--openvino", action="store_true",
                     help="also time OpenVINO's CPU plugin (latency hint, f32, same threads), where it is installed")
+    ap.add_argument("--deepsparse", action="store_true",
+                    help="also time DeepSparse (its own environment: bash bench/peers/setup_deepsparse.sh)")
+    ap.add_argument("--deepsparse-python", default=None, help="the interpreter of DeepSparse's environment")
     ap.add_argument("--default-runs", type=int, default=10)
     ap.add_argument("--sparsity", type=float, default=None,
                     help="zoo models: magnitude-prune every conv to this sparsity first")
@@ -162,6 +148,18 @@ def main():
                 t["openvino"] = vo.median("openvino")
                 quiet["openvino"] = _quiet(vo.ms["openvino"])
                 ratio["openvino"] = vo.ratio("openvino", "graphselect") * to_ort
+        peer_err = {}
+        if a.deepsparse:
+            ds = deepsparse_runner(m, x, a.threads, a.deepsparse_python)
+            if ds is not None:
+                ref = sess.run(None, {res.input_name: x})
+                peer_err["deepsparse"] = max(float(np.max(np.abs(o - r)) / (np.max(np.abs(r)) + 1e-12))
+                                             for o, r in zip(ds.outputs(), ref))
+                vd = compare({"graphselect": fns["graphselect"], "deepsparse": ds}, runs=a.runs)
+                ds.close()
+                t["deepsparse"] = vd.median("deepsparse")
+                quiet["deepsparse"] = _quiet(vd.ms["deepsparse"])
+                ratio["deepsparse"] = vd.ratio("deepsparse", "graphselect") * to_ort
         if a.tvm_default:
             dmod = from_onnx(m, shape_dict={res.input_name: list(res.input_shape)})
             dex = tvm.compile(dmod, target=res.target)
@@ -187,7 +185,8 @@ def main():
                "greedy_over_graphselect": ts.ratio("greedy", "graphselect"),
                "round_medians_ms": {k: [round(median(b), 4) for b in ts.ms[k]] for k in fns},
                "versus_ort_round_medians_ms": {k: [round(median(b), 4) for b in vs.ms[k]] for k in vs.ms},
-               "max_rel_err": rep["max_rel_err"], "optimize_alternatives": alts,
+               "max_rel_err": rep["max_rel_err"], "peer_max_rel_err": peer_err,
+               "optimize_alternatives": alts,
                "loop": rep["loop"],
                "footprint_mib": {"greedy": iso.footprint(sel.greedy.choice) / 2**20,
                                  "graphselect": rep["cache"]["footprint_bytes"] / 2**20}}
@@ -211,7 +210,7 @@ def _quiet(blocks) -> float:
     return float(np.percentile(meds, 25)) if meds else float("nan")
 
 
-PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime", "openvino")
+PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime", "openvino", "deepsparse")
 
 
 def _err(p, m):
@@ -235,8 +234,9 @@ def _table(rows):
         lines += [f"CPU: {', '.join(cpu)}", "",
                   "| model | input | graphselect ms (x ORT) | onnxruntime ms | greedy / graphselect | uniform x ORT | "
                   "predicted ms | error vs quiet | error vs median | optimize's check: error vs quiet | "
-                  "returned / fastest built | rounds | optimize s (measure, select) | max rel err | OpenVINO x ORT |",
-                  "|" + "---|" * 15]
+                  "returned / fastest built | rounds | optimize s (measure, select) | max rel err | OpenVINO x ORT | "
+                  "DeepSparse x ORT |",
+                  "|" + "---|" * 16]
         for r in rows:
             p = r["predicted_ms"]["graphselect"]
             chk = r.get("optimize_check_ms") or {}
@@ -251,7 +251,8 @@ def _table(rows):
                 f"{r['rounds']}{'' if r['converged'] else ' (limit)'} | "
                 f"{r['optimize_s']:.0f} ({st.get('measure', float('nan')):.0f}, {st.get('select', float('nan')):.0f}) | "
                 f"{r['max_rel_err']:.1e} | "
-                + (f"{r['ratio_to_ort']['openvino']:.3f} |" if "openvino" in r["ratio_to_ort"] else "— |"))
+                + "".join(f"{r['ratio_to_ort'][k]:.3f} | " if k in r["ratio_to_ort"] else "— | "
+                          for k in ("openvino", "deepsparse")))
         eq = [abs(_err(r["predicted_ms"]["graphselect"], r["quiet_ms"]["graphselect"])) for r in rows]
         em = [abs(_err(r["predicted_ms"]["graphselect"], r["ms"]["graphselect"])) for r in rows]
         worst = max(r["returned_over_fastest"] or 1.0 for r in rows)

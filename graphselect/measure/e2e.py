@@ -88,7 +88,9 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
     ``quiet`` (a load probe), each round waits while it says the machine is loaded (half a second
     at a time, ``waits`` times at most in all). More rounds follow, up to ``max_rounds``, while
     the timing (pauses not counted) has taken less than ``seconds``. Each block warms up with one
-    call and more until ``warmup_s`` has passed (:func:`time_calls`)."""
+    call and more until ``warmup_s`` has passed (:func:`time_calls`). A function with a
+    ``time_block(runs, warmup=, warmup_s=)`` method (a runtime in another process, which times
+    its own calls) is asked for its block's per-call times instead."""
     rounds = max(3, -(-runs // block))
     per = max(1, -(-runs // rounds))
     out: dict[str, list[list[float]]] = {k: [] for k in fns}
@@ -111,7 +113,9 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
                 time.sleep(pause)
             last = runtime[k]
             t0 = time.perf_counter()
-            out[k].append(time_calls(fns[k], per, warmup=1, warmup_s=warmup_s))
+            block_timer = getattr(fns[k], "time_block", None)
+            out[k].append(block_timer(per, warmup=1, warmup_s=warmup_s) if block_timer is not None
+                          else time_calls(fns[k], per, warmup=1, warmup_s=warmup_s))
             timed += time.perf_counter() - t0
     return Rounds(out)
 

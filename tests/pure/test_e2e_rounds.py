@@ -51,3 +51,25 @@ def test_blocks_of_a_fast_function_warm_up_for_a_while():
     calls.clear()
     time_calls(lambda: calls.append(1), 3, warmup=2, warmup_s=0)
     assert len(calls) == 5
+
+
+def test_compare_takes_a_block_from_a_function_that_times_its_own_calls():
+    # a runtime in another process (bench's DeepSparse worker) times its blocks itself
+    class Remote:
+        runtime = "remote"
+
+        def __init__(self):
+            self.asked = []
+
+        def __call__(self):
+            raise AssertionError("called one by one")
+
+        def time_block(self, runs, warmup=1, warmup_s=0.0):
+            self.asked.append((runs, warmup, warmup_s))
+            return [3.0] * runs
+
+    remote = Remote()
+    r = compare({"local": lambda: None, "remote": remote}, runs=4, block=2, pause=0, warmup_s=0.005)
+    assert remote.asked == [(2, 1, 0.005)] * 3
+    assert r.ms["remote"] == [[3.0, 3.0]] * 3
+    assert r.ratio("remote", "remote") == 1.0 and r.median("remote") == 3.0
