@@ -18,6 +18,7 @@ with the CPU's name.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -115,13 +116,57 @@ def best(meas, opts, family, attr):
     return min(vals) if vals else (math.inf, None)
 
 
+DENSE = ("direct", "nchwc")      # the families that do every FLOP of the convolution
+
+
+def machine_peak(threads: int) -> float:
+    from graphselect.measure.peak import measure_peak_gflops
+    from graphselect.target import parse_target
+    return measure_peak_gflops(parse_target("llvm", threads=threads).tvm_target(), threads)
+
+
+def throughput(row: dict, peak: float) -> dict:
+    """GFLOP/s (same run) of the best dense kernel and its share of ``peak``, and Winograd's
+    effective GFLOP/s (the direct convolution's FLOPs over its time) over the best dense one."""
+    fams = row["families"]
+    dense = [fams[f]["same_run_ms"] for f in DENSE if f in fams]
+    out = {}
+    if dense:
+        out["dense_gflops"] = row["gflop"] / min(dense) * 1e3
+        out["dense_of_peak"] = out["dense_gflops"] / peak
+    if "winograd" in fams and dense:
+        out["winograd_over_dense"] = min(dense) / fams["winograd"]["same_run_ms"]
+    return out
+
+
+def peak_table(results: list[dict], peak: float) -> str:
+    lines = [f"FMA peak {peak:.0f} GFLOP/s ({results[0]['cpu'] if results else '?'}, graphselect.measure.peak)", "",
+             "| model | layer(s) | shape | GFLOP | best dense GFLOP/s (of peak) | Winograd effective / best dense |",
+             "|---|---|---|---|---|---|"]
+    for res in results:
+        for r in res["rows"]:
+            t = throughput(r, peak)
+            if "dense_gflops" not in t:
+                continue
+            w = t.get("winograd_over_dense")
+            lines.append(f"| {res['model']} | {', '.join(r['layers'])} | {r['shape']} | {r['gflop']:.3f} | "
+                         f"{t['dense_gflops']:.0f} ({100 * t['dense_of_peak']:.0f}%) | "
+                         + (f"{w:.2f}x" if w else "—") + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="*", default=["resnet18"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--peak", nargs="+", metavar="JSON", default=None,
+                    help="only the throughput table of earlier result files, against this machine's FMA peak")
     a = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
+    if a.peak:
+        print(peak_table([json.loads(Path(f).read_text()) for f in a.peak], machine_peak(a.threads)))
+        return
     import graphselect
     import models
     from graphselect.candidates import FAMILIES
@@ -129,6 +174,7 @@ def main():
     from graphselect.target import cpu_model
 
     floor = ort_floor(a.threads, a.runs)
+    peak = machine_peak(a.threads)
     for name in a.models:
         res = graphselect.optimize(models.build(name), threads=a.threads, benchmark_runs=0, verify=False, name=name)
         lg, plan, meas = res.extra["lg"], res.extra["plan"], res.extra["measurements"]
@@ -189,8 +235,10 @@ def main():
         lines += ["", f"all {sum(len(r['layers']) for r in rows)} conv layers: best (same run) {tot_best:.3f} ms, "
                       f"onnxruntime less its call floor {tot_ort:.3f} ms ({tot_best / tot_ort:.2f}x); {len(slower)} of {len(rows)} "
                       f"workloads slower than onnxruntime (bold)"]
-        save(f"layers-vs-ort-{name}", "\n".join(lines) + "\n",
-             {"model": name, "cpu": cpu_model(), "threads": a.threads, "rows": rows})
+        result = {"model": name, "cpu": cpu_model(), "threads": a.threads, "rows": rows, "peak_gflops": peak}
+        for r in rows:
+            r.update(throughput(r, peak))
+        save(f"layers-vs-ort-{name}", "\n".join(lines) + "\n\n" + peak_table([result], peak), result)
 
 if __name__ == "__main__":
     main()

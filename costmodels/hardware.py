@@ -172,6 +172,13 @@ def throughput(store: str | Path, *, threads: int, cpu: str) -> Throughput:
     return Throughput(**_stored(store, f"{cpu}|{threads}", lambda: measure_throughput(threads, cpu).__dict__))
 
 
+def fma_peak(store: str | Path, *, threads: int, cpu: str, isa: str, measure) -> float:
+    """The stored float32 FMA peak (GFLOP/s) for (cpu, threads, isa) from the JSON file
+    ``store``, ``measure()`` the first time (graphselect.measure.peak: a kernel TVM builds for
+    the target, which the BLAS figure of :func:`throughput` is not)."""
+    return float(_stored(store, f"{cpu}|{threads}|fma|{isa}", lambda: {"gflops": round(measure(), 1)})["gflops"])
+
+
 # Footprints, as multiples of the residency budget, at which the partial-residency steps end.
 RESIDENCY_CAPS = (1.1, 1.25, 1.5, 2.0, 3.0, 4.0)
 

@@ -259,7 +259,8 @@ class Machine:
 
 
 def machine(s: Settings, store) -> Machine:
-    from costmodels.hardware import detect, residency, residency_budget, throughput
+    from costmodels.hardware import detect, fma_peak, residency, residency_budget, throughput
+    from .measure.peak import measure_peak_gflops
     hw = detect()
     if s.cache_budget == "auto":
         budget = residency_budget(hw)
@@ -270,7 +271,10 @@ def machine(s: Settings, store) -> Machine:
     steps = ()
     if store.path is not None:     # peak FLOP/s, bandwidth, residency steps: measured once per CPU and threads
         tp = throughput(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu)
-        hardware.update(peak_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs)
+        peak = fma_peak(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
+                        isa=s.spec.key, measure=lambda: measure_peak_gflops(s.target, s.spec.threads))
+        # peak: what the target's FMAs issue (the kernels' ceiling); blas: numpy's GEMM
+        hardware.update(peak_gflops=peak, blas_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs)
         if s.cache_budget == "auto" and budget:
             res = residency(store.path.parent / "hardware.json", budget, threads=s.spec.threads, cpu=s.ctx.cpu)
             steps = tuple(res.steps)

@@ -42,6 +42,9 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
             c: Candidate = objs[k]
             row.update(workload=layer.conv.key, shape=layer.conv.describe(), epilogue=layer.conv.epilogue,
                        gflop=_r(layer.conv.flops / 1e9, 5), family=c.family, params=dict(c.params),
+                       # dense-equivalent FLOP/s of the chosen kernel alone, warm (Winograd and
+                       # sparse kernels count the direct convolution's FLOPs)
+                       gflops_warm=_r(layer.conv.flops / 1e6 / ch_iso.time(True), 1) if ch_iso.time(True) else None,
                        in_layout=c.in_layout, out_layout=c.out_layout, weight_layout=c.weight_layout,
                        weight_bytes=c.weight_bytes, workspace_bytes=c.workspace_bytes, sparsity=_r(layer.sparsity),
                        rel_err=_err(meas, layer.conv.key, c.key))

@@ -251,6 +251,7 @@ def summary(r: dict) -> str:
         ("Layout transforms in the network", r.get("layout_transforms")),
         ("Max relative error vs the reference", (f"{err:.2e}" if is_num(err) else DASH)
          + f" against {fmt(ref.get('name') or 'onnxruntime')}" + (f" ({ref['why']})" if ref.get("why") else "")),
+        ("Machine", machine_text(r.get("hardware") or {})),
         ("Conv layers", r.get("conv_layers")),
         ("Families chosen", counts(r.get("families_chosen"))),
         ("Stage seconds", seconds(r.get("stage_seconds"))),
@@ -261,24 +262,46 @@ def summary(r: dict) -> str:
     return definitions(pairs)
 
 
-def conv_row(l: dict, fams: list[str]) -> list:
+def machine_text(hw: dict) -> str | None:
+    parts = []
+    if is_num(hw.get("peak_gflops")):
+        parts.append(f"peak {hw['peak_gflops']:.0f} GFLOP/s (the target's FMAs"
+                     + (f"; numpy's BLAS GEMM {hw['blas_gflops']:.0f}" if is_num(hw.get("blas_gflops")) else "") + ")")
+    if is_num(hw.get("bandwidth_gbs")):
+        parts.append(f"copy {hw['bandwidth_gbs']:.0f} GB/s")
+    for k, label in (("l2_bytes", "L2"), ("l3_bytes", "L3")):
+        if is_num(hw.get(k)):
+            parts.append(f"{label} {nbytes(hw[k])}")
+    return ", ".join(parts) or None
+
+
+def peak_text(l: dict, peak) -> str | None:
+    g = l.get("gflops_warm")
+    if not is_num(g):
+        return None
+    return f"{g:.0f} ({100 * g / peak:.0f}%)" if is_num(peak) and peak > 0 else f"{g:.0f}"
+
+
+def conv_row(l: dict, fams: list[str], peak=None) -> list:
     best = l.get("best_by_family_ms") or {}
     layouts = f"{fmt(l.get('in_layout'))} → {fmt(l.get('out_layout'))}, w {fmt(l.get('weight_layout'))}"
     diff = Markup(tag("differs", "diff")) if differs(l) else ("no" if l.get("fastest_alone") else None)
     return [l.get("name"), l.get("onnx_name"), l.get("shape"), l.get("epilogue"), num_label(l.get("gflop")),
-            l.get("chosen"), layouts, l.get("isolated_cold_ms"), l.get("isolated_warm_ms"), l.get("innet_ms"),
+            l.get("chosen"), layouts, l.get("isolated_cold_ms"), l.get("isolated_warm_ms"), peak_text(l, peak),
+            l.get("innet_ms"),
             l.get("cost_ms"), l.get("fastest_alone"), diff, *[best.get(f) for f in fams], nbytes(l.get("weight_bytes"))]
 
 
-def conv_table(convs: list[dict]) -> str:
+def conv_table(convs: list[dict], peak=None) -> str:
+    """``peak``: the target's FMA peak, GFLOP/s (the report's hardware section)."""
     if not convs:
         return empty("no conv layers")
     fams = families(convs)
     headers = ["Layer", "ONNX node", "Shape", "Epilogue", "GFLOP", "Chosen", "Layouts (in → out, weight)",
-               "Cold ms (alone)", "Warm ms (alone)", "In network ms", "Calibrated ms", "Fastest alone", "Differs",
-               *[f"best {f} ms" for f in fams], "Weights"]
-    num = {4, 7, 8, 9, 10, *range(13, 13 + len(fams)), 13 + len(fams)}
-    return table(headers, [conv_row(l, fams) for l in convs], num_cols=num,
+               "Cold ms (alone)", "Warm ms (alone)", "GFLOP/s warm (of peak)", "In network ms", "Calibrated ms",
+               "Fastest alone", "Differs", *[f"best {f} ms" for f in fams], "Weights"]
+    num = {4, 7, 8, 9, 10, 11, *range(14, 14 + len(fams)), 14 + len(fams)}
+    return table(headers, [conv_row(l, fams, peak) for l in convs], num_cols=num,
                  row_classes=["differs" if differs(l) else "" for l in convs], cls="conv")
 
 
@@ -581,7 +604,7 @@ def render_html(report: dict) -> str:
     body = [
         header(r),
         summary(r),
-        section("Conv layers", conv_table(convs),
+        section("Conv layers", conv_table(convs, (r.get("hardware") or {}).get("peak_gflops")),
                 "Highlighted rows: the whole-graph choice differs from the candidate fastest on its own."),
         section("Closed loop", loop_table(r),
                 "Each round solves with the calibration the networks timed so far give, builds what it "

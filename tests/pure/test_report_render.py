@@ -405,3 +405,16 @@ def test_the_in_place_breakdown_is_shown():
     assert "conv kernels 4.500 ms, layout transforms 0.250 ms" in out and "28 kernel calls" in out
     del r["breakdown"]
     assert "not timed in place" in "".join(_parse(render_html(r)).text)
+
+
+def test_conv_rows_show_throughput_against_the_peak_and_the_machine_line():
+    r = fake_report()
+    r["hardware"] = {"peak_gflops": 500.0, "blas_gflops": 240.0, "bandwidth_gbs": 39.0, "l2_bytes": 1 << 20,
+                     "l3_bytes": 32 << 20}
+    r["layers"][0]["gflops_warm"] = 400.0
+    page = render_html(r)
+    assert "GFLOP/s warm (of peak)" in page
+    assert "400 (80%)" in page
+    assert "peak 500 GFLOP/s" in page and "BLAS GEMM 240" in page and "L3 32.0 MiB" in page
+    r["hardware"] = {}
+    assert "400 (80%)" not in render_html(r) and ">400<" in render_html(r)

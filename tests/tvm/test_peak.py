@@ -1,0 +1,49 @@
+"""The FMA peak probe (graphselect.measure.peak): it computes what it claims to, so its FLOP count
+is the work done, and the figure is stored per CPU, threads and ISA."""
+import numpy as np
+import tvm
+
+from costmodels.hardware import fma_peak
+from graphselect.measure import peak
+from graphselect.target import parse_target
+
+
+def test_probe_kernel_does_every_step_of_its_recurrence():
+    steps, acc = 50, 3
+    f = peak.fma_kernel(2, accumulators=acc, steps=steps).with_attr("global_symbol", "peak")
+    mod = tvm.compile(tvm.IRModule({"peak": f}), target=parse_target("llvm", threads=2).tvm_target()).mod
+    dev = tvm.cpu()
+    a, b = np.float32(0.9), np.float32(0.5)
+    c = np.stack([np.full(16, a, "float32"), np.full(16, b, "float32")])
+    out = tvm.runtime.tensor(np.zeros((2, acc * 16), "float32"), dev)
+    mod["peak"](tvm.runtime.tensor(c, dev), out)
+    want = np.empty(acc * 16, np.float64)
+    for v in range(acc):
+        x = np.float64(b) + v
+        for _ in range(steps):
+            x = x * np.float64(a) + np.float64(b)
+        want[v * 16:(v + 1) * 16] = x
+    np.testing.assert_allclose(out.numpy(), np.tile(want, (2, 1)), rtol=1e-5)
+    assert peak.flops(2, accumulators=acc, steps=steps) == 2 * 2 * steps * acc * 16
+
+
+def test_measured_peak_is_stored_once_per_cpu_threads_and_isa(tmp_path):
+    store = tmp_path / "hardware.json"
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return 123.45
+
+    assert fma_peak(store, threads=2, cpu="cpuA", isa="llvm -mcpu=x", measure=measure) == 123.5
+    assert fma_peak(store, threads=2, cpu="cpuA", isa="llvm -mcpu=x", measure=measure) == 123.5
+    assert len(calls) == 1
+    fma_peak(store, threads=1, cpu="cpuA", isa="llvm -mcpu=x", measure=measure)
+    fma_peak(store, threads=2, cpu="cpuA", isa="llvm -mcpu=y", measure=measure)
+    assert len(calls) == 3
+
+
+def test_peak_of_this_machine_is_plausible():
+    g = peak.measure_peak_gflops(parse_target("llvm", threads=1).tvm_target(), 1, repeats=3)
+    # one core issues at least one 4-lane FMA per ns at any clock we run on, and not 64x that
+    assert 8 < g < 8 * 64
