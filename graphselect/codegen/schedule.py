@@ -1,6 +1,7 @@
 """A generic CPU schedule for every PrimFunc the conv families do not schedule themselves
 (pooling, layout_transform, elementwise, reductions, dense): inline injective producers, then
-parallelize the outer spatial loops and vectorize the innermost one. Without this, TVM's default
+parallelize the outer spatial loops and vectorize the innermost one (in a reduction block over
+one axis, such as a dense layer, a wide chunk of it: several vector accumulators per step). Without this, TVM's default
 CPU pipeline runs these as serial scalar loops (ResNet-18: ~1.5 s instead of milliseconds)."""
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ def _vector_width(extent: int | None) -> int | None:
         if extent % v == 0:
             return v
     return extent if extent <= 16 else None
+
+
+def _reduction_width(extent: int | None) -> int | None:
+    """Lanes of the innermost spatial loop of a reduction block (a dense layer at batch 1: one
+    row of weights per reduction step): the widest multiple of 8 up to 128 that divides the
+    extent and leaves at least 8 parallel chunks, so each weight row read feeds several vector
+    accumulators (a 1280x1000 classifier: 8 lanes 80 us, 40 lanes 43 us alone; 25088x4096:
+    34 -> 10 ms). None: the plain vector width."""
+    if extent is None or extent < 64:
+        return None
+    ws = [w for w in range(128, 15, -8) if extent % w == 0 and extent // w >= 8]
+    return ws[0] if ws else None
 
 
 def _children(sch):
@@ -46,7 +59,8 @@ def _schedule_block(sch, blk, min_parallel: int = 2) -> None:
         return
     inner = None
     outer = spatial
-    width = _vector_width(_extent(sch, spatial[-1]))
+    width = (_reduction_width(_extent(sch, spatial[-1])) if len(reduce_) == 1 else None) or \
+        _vector_width(_extent(sch, spatial[-1]))
     if width and width > 1:
         if width < _extent(sch, spatial[-1]):
             o, inner = sch.split(spatial[-1], [None, width])

@@ -8,7 +8,7 @@ import logging
 
 from ..graph import layouts
 from ..graph.layers import LayerGraph, input_layer
-from ..codegen.emit import emit_agnostic, emit_conv, subst, transform
+from ..codegen.emit import emit_agnostic, emit_conv, transform
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,7 @@ def apply(lg: LayerGraph, selection: dict, target):
                     continue
                 layout = selection.get(layer.name, layouts.NCHW) if layer.kind == "agnostic" else layouts.NCHW
                 env = {var_of[src]: get(src, layout) for src in layer.inputs}
-                if layer.kind == "agnostic":
-                    v = emit_agnostic(bb, layer, b.value, layout, env)
-                else:
-                    v = bb.emit(subst(b.value, env))
+                v = emit_agnostic(bb, layer, b.value, layout, env)     # fixed ops: in NCHW
                 avail[layer.name] = {layout: v}
             outs = [get(src, layouts.NCHW) for src in lg.layers[lg.output].inputs]
             out = bb.emit_output(outs[0] if len(outs) == 1 else rx.Tuple(outs))
