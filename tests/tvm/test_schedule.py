@@ -80,3 +80,38 @@ def test_other_matmuls_are_left_to_the_generic_path():
         big = rx.Var("b", rx.TensorType((32, 33), "float32"))
         assert emit_dense(bb, rx.op.matmul(big, rx.const(np.ones((33, 64), "float32"))), {}) is None  # 32 rows
         bb.emit_func_output(x)
+
+
+def _shuffle_func(C, H):
+    from tvm import relax as rx
+    a = rx.Var("a", rx.TensorType((1, C, H, H), "float32"))
+    b = rx.Var("b", rx.TensorType((1, C, H, H), "float32"))
+    bb = rx.BlockBuilder()
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            c = bb.emit(rx.op.concat([a, b], axis=1))
+            t = bb.emit(rx.op.permute_dims(bb.emit(rx.op.reshape(c, (1, 2, C, H, H))), [0, 2, 1, 3, 4]))
+            o = bb.emit_output(bb.emit(rx.op.split(bb.emit(rx.op.reshape(t, (1, 2 * C, H, H))), 2, axis=1)))
+        bb.emit_func_output(o)
+    seq = tvm.transform.Sequential([rx.transform.LegalizeOps(), rx.transform.AnnotateTIROpPattern(),
+                                    rx.transform.FuseOps(), rx.transform.FuseTIR()])
+    mod = seq(bb.get())
+    return next(f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+
+
+@pytest.mark.parametrize("C,H", [(116, 28), (58, 14), (24, 7)])
+def test_channel_shuffle_runs_one_task_per_channel_with_vectors_along_the_image(C, H):
+    f = schedule_func(_shuffle_func(C, H))
+    text = f.script()
+    # one parallel task per output channel (not per 4-lane piece of a row)
+    assert f"T.parallel({C})" in text or f"T.parallel(T.int64({C}))" in text
+    mod = tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}),
+                      target=parse_target("llvm", threads=2).tvm_target()).mod
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((1, C, H, H)).astype("float32") for _ in range(2))
+    dev = tvm.cpu()
+    outs = [tvm.runtime.tensor(np.zeros((1, C, H, H), "float32"), dev) for _ in range(2)]
+    mod["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), *outs)
+    shuffled = np.concatenate([a, b], 1).reshape(1, 2, C, H, H).transpose(0, 2, 1, 3, 4).reshape(1, 2 * C, H, H)
+    np.testing.assert_array_equal(outs[0].numpy(), shuffled[:, :C])
+    np.testing.assert_array_equal(outs[1].numpy(), shuffled[:, C:])
