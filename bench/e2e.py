@@ -9,7 +9,7 @@
   deepsparse    DeepSparse 1.8 in its own environment (a worker process), with --deepsparse
 
 Usage: python bench/e2e.py MODEL [MODEL...] [--runs 60] [--threads 2] [--batch 1] [--image-size N]
-                           [--sparsity 0.7] [--tvm-default] [--openvino] [--deepsparse] [--tag TEXT]
+                           [--sparsity 0.7 [--block 4]] [--tvm-default] [--openvino] [--deepsparse] [--tag TEXT]
        python bench/e2e.py --summarize bench/results/e2e-*.json   (one table of earlier runs)
 
 Each model is optimized as a user runs it (default record store, so calibration from earlier
@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--default-runs", type=int, default=10)
     ap.add_argument("--sparsity", type=float, default=None,
                     help="zoo models: magnitude-prune every conv to this sparsity first")
+    ap.add_argument("--block", type=int, default=1,
+                    help="with --sparsity: prune in blocks of this many output channels (BSR)")
     ap.add_argument("--tag", default="", help="appended to the result file names")
     a = ap.parse_args()
     if a.summarize:
@@ -109,8 +111,9 @@ def main():
     for name in a.models:
         t0 = time.perf_counter()
         if name in models.ZOO:
-            m = models.build(name, batch=a.batch, image_size=a.image_size, sparsity=a.sparsity)
-            label = name + (f" ({a.sparsity:.0%} pruned)" if a.sparsity else "") + \
+            m = models.build(name, batch=a.batch, image_size=a.image_size, sparsity=a.sparsity, block=a.block)
+            label = name + (f" ({a.sparsity:.0%} pruned" + (f", {a.block}-blocks)" if a.block > 1 else ")")
+                            if a.sparsity else "") + \
                 (f" batch {a.batch}" if a.batch != 1 else "")
         else:
             m = __import__("onnx").load(name)

@@ -475,14 +475,15 @@ def _lookup(name: str) -> Builder:
 
 
 def build(name: str, *, batch: int = 1, image_size: int | None = None,
-          seed: int = 0, sparsity: float = 0.0) -> onnx.ModelProto:
+          seed: int = 0, sparsity: float = 0.0, block: int = 1) -> onnx.ModelProto:
     """Build zoo model ``name``; ``image_size=None`` means the model's default
     (224 for the ImageNet models, 32 for ``tiny``/``tiny_concat``/``mobile_tiny``). ``sparsity`` > 0 prunes every
-    conv weight to that fraction of zeros (magnitude pruning, per layer)."""
+    conv weight to that fraction of zeros (magnitude pruning, per layer; ``block`` > 1: in blocks
+    of that many output channels, see :func:`models.prune.prune`)."""
     model = _lookup(name)(batch=batch, image_size=image_size, seed=seed)
     if sparsity:
         from .prune import prune
-        model = prune(model, sparsity)
+        model = prune(model, sparsity, block)
     return model
 
 

@@ -6,7 +6,10 @@ tap becomes a constant shift). An output pixel p = h*RS + w then reads input p +
 kw) for every nonzero weight: the convolution is a 1-D sparse-times-dense product whose index
 decode is one add. V vectors of 16 output pixels stay in registers; each output channel's
 nonzeros are split by input-channel blocks of CB channels so the input strip in use stays in L1.
-A last pass writes the NCHW output, dropping the junk columns, with the epilogue applied there
+Block-sparse weights (BSR: blocks of R consecutive output channels zero or nonzero together, as
+block pruning leaves them) get ``R`` > 1 variants: a block's nonzero position is decoded once,
+its input vector loaded once, and it feeds R x V accumulators (R weights broadcast), where CSR
+loads one input vector per FMA. A last pass writes the NCHW output, dropping the junk columns, with the epilogue applied there
 (``fused=1``), or without it (``fused=0``): then the kernel is opaque to Relax's fusion and the
 epilogue runs as its own scheduled PrimFunc, whose measured time the solver adds.
 """
@@ -55,19 +58,34 @@ def offsets(spec: ConvSpec, V: int, ci, kh, kw):
     return plane * g["s_in"] + (kh // s) * g["rs"] + kw // s
 
 
-def _csr(spec: ConvSpec, weight: np.ndarray, V: int, CB: int):
+def _csr(spec: ConvSpec, weight: np.ndarray, V: int, CB: int, R: int = 1):
+    """Values (``R`` per nonzero block, block-major), flat input offsets and row pointers per
+    (output-channel block, input-channel block)."""
     O, C = weight.shape[:2]
     ncb = -(-C // CB)
     vals, offs, ptr = [], [], [0]
-    for o in range(O):
+    for ob in range(O // R):
+        blk = weight[ob * R:(ob + 1) * R]
         for cb in range(ncb):
-            sub = weight[o, cb * CB:(cb + 1) * CB]
-            ci, kh, kw = np.nonzero(sub)
-            vals.append(sub[ci, kh, kw])
+            sub = blk[:, cb * CB:(cb + 1) * CB]
+            ci, kh, kw = np.nonzero(np.any(sub != 0, axis=0))
+            vals.append(sub[:, ci, kh, kw].T.reshape(-1))
             offs.append(offsets(spec, V, ci + cb * CB, kh, kw))
             ptr.append(ptr[-1] + len(ci))
     return (np.concatenate(vals).astype("float32"), np.concatenate(offs).astype("int32"),
             np.asarray(ptr, "int32"))
+
+
+def blocks(weight: np.ndarray, R: int) -> int:
+    """Nonzero blocks of ``R`` consecutive output channels (at one input channel and tap)."""
+    O = weight.shape[0]
+    return int(np.count_nonzero(np.any(weight.reshape(O // R, R, -1) != 0, axis=1)))
+
+
+# A block variant is proposed where at least this fraction of its blocks' entries are nonzero
+# (unstructured 90% sparsity fills 4-blocks ~30%: CSR does less work there).
+MIN_BLOCK_FILL = 0.5
+BLOCK_V = {1: (4, 8), 4: (2, 4), 8: (2,)}     # pixel vectors per block: R x V accumulators <= 16
 
 
 def applies(spec: ConvSpec) -> bool:
@@ -84,22 +102,32 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
     pattern = zlib.crc32(np.packbits(weight != 0).tobytes())
     cbs = sorted({min(cb, spec.in_channels) for cb in (32, 64)})
     out = []
-    for V in (4, 8):
-        g = geometry(spec, V)
-        work = 4 * (g["planes"] * g["s_in"] + spec.out_channels * g["npix_pad"])
-        for CB in cbs:
-            ncb = -(-spec.in_channels // CB)
-            wbytes = 4 * (2 * nnz + spec.out_channels * ncb + 1) + (4 * spec.out_channels if spec.bias else 0)
-            # the kernel's own epilogue knows bias, residual and clamp; an activation runs unfused
-            for fused in ((1, 0) if spec.act is None else (0,)):
-                out.append(Candidate(
-                    family=FAMILY, params=tuple(sorted(dict(V=V, CB=CB, fused=fused, nnz=nnz, pattern=pattern).items())),
-                    in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="CSR",
-                    fusable_epilogues=EPILOGUES if fused else frozenset(), weight_bytes=wbytes, workspace_bytes=work))
+    for R in (1, 4, 8):
+        if R > 1:
+            if spec.out_channels % R:
+                continue
+            nnzb = blocks(weight, R)
+            if nnz < MIN_BLOCK_FILL * nnzb * R:
+                continue
+        else:
+            nnzb = nnz
+        for V in BLOCK_V[R]:
+            g = geometry(spec, V)
+            work = 4 * (g["planes"] * g["s_in"] + spec.out_channels * g["npix_pad"])
+            for CB in cbs:
+                ncb = -(-spec.in_channels // CB)
+                wbytes = 4 * ((R + 1) * nnzb + spec.out_channels // R * ncb + 1) + (4 * spec.out_channels if spec.bias else 0)
+                # the kernel's own epilogue knows bias, residual and clamp; an activation runs unfused
+                for fused in ((1, 0) if spec.act is None else (0,)):
+                    params = dict(V=V, CB=CB, fused=fused, nnz=nnzb, pattern=pattern) | ({"R": R} if R > 1 else {})
+                    out.append(Candidate(
+                        family=FAMILY, params=tuple(sorted(params.items())),
+                        in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout=f"BSR{R}" if R > 1 else "CSR",
+                        fusable_epilogues=EPILOGUES if fused else frozenset(), weight_bytes=wbytes, workspace_bytes=work))
     return out
 
 
-def _kernel(spec: ConvSpec, V: int, CB: int, nnz: int, threads: int, epi: bool):
+def _kernel(spec: ConvSpec, V: int, CB: int, nnz: int, threads: int, epi: bool, R: int = 1):
     from tvm.script import tirx as T
     g = geometry(spec, V)
     N, C, H, W = spec.in_shape
@@ -108,8 +136,9 @@ def _kernel(spec: ConvSpec, V: int, CB: int, nnz: int, threads: int, epi: bool):
     npix_pad, planes = g["npix_pad"], g["planes"]
     pt, pl = spec.padding[0], spec.padding[1]
     ncb = -(-C // CB)
-    ng = max(d for d in range(1, min(O, 2 * threads) + 1) if O % d == 0)
-    og = O // ng
+    OB = O // R
+    ng = max(d for d in range(1, min(OB, 2 * threads) + 1) if OB % d == 0)
+    og = OB // ng
     has_bias, has_res = spec.bias and epi, spec.residual and epi
     has_lo = epi and spec.clip_lo is not None
     has_hi = epi and spec.clip_hi is not None
@@ -120,8 +149,8 @@ def _kernel(spec: ConvSpec, V: int, CB: int, nnz: int, threads: int, epi: bool):
     nvec_in = s_in // LANES
 
     @T.prim_func
-    def kern(x: T.Buffer((N, C, H, W), "float32"), wv: T.Buffer((max(nnz, 1),), "float32"),
-             wo: T.Buffer((max(nnz, 1),), "int32"), ptr: T.Buffer((O * ncb + 1,), "int32"),
+    def kern(x: T.Buffer((N, C, H, W), "float32"), wv: T.Buffer((max(nnz, 1) * R,), "float32"),
+             wo: T.Buffer((max(nnz, 1),), "int32"), ptr: T.Buffer((OB * ncb + 1,), "int32"),
              bias: T.Buffer(bias_shape, "float32"), res: T.Buffer(res_shape, "float32"),
              out: T.Buffer((N, O, OH, OW), "float32")):
         T.func_attr({"tirx.noalias": True})
@@ -144,27 +173,35 @@ def _kernel(spec: ConvSpec, V: int, CB: int, nnz: int, threads: int, epi: bool):
                         for q in range(rs):
                             if r * s + ph - pt >= 0 and r * s + ph - pt < H and q * s + pw - pl >= 0 and q * s + pw - pl < W:
                                 xf[((c * s + ph) * s + pw) * s_in + r * rs + q] = x[n, c, r * s + ph - pt, q * s + pw - pl]
-            # 2. sparse x dense: V x 16 accumulators per (output channel, tile)
+            # 2. sparse x dense: R x V x 16 accumulators per (output-channel block, tile)
             for gi in T.parallel(ng):
                 for t in range(nt):
                     for cb in range(ncb):
                         for oo in range(og):
-                            acc = T.alloc_buffer((vl,), "float32", scope="local")
+                            acc = T.alloc_buffer((R * vl,), "float32", scope="local")
+                            xv = T.alloc_buffer((vl,), "float32", scope="local")
                             if cb == 0:
-                                for v in T.unroll(V):
-                                    for l in T.vectorized(16):
-                                        acc[v * 16 + l] = T.float32(0)
+                                for r in T.unroll(R):
+                                    for v in T.unroll(V):
+                                        for l in T.vectorized(16):
+                                            acc[r * vl + v * 16 + l] = T.float32(0)
                             else:
-                                for v in T.unroll(V):
-                                    for l in T.vectorized(16):
-                                        acc[v * 16 + l] = yf[(gi * og + oo) * npix_pad + t * vl + v * 16 + l]
+                                for r in T.unroll(R):
+                                    for v in T.unroll(V):
+                                        for l in T.vectorized(16):
+                                            acc[r * vl + v * 16 + l] = yf[((gi * og + oo) * R + r) * npix_pad + t * vl + v * 16 + l]
                             for j in range(ptr[(gi * og + oo) * ncb + cb], ptr[(gi * og + oo) * ncb + cb + 1]):
                                 for v in T.unroll(V):
                                     for l in T.vectorized(16):
-                                        acc[v * 16 + l] = acc[v * 16 + l] + wv[j] * xf[wo[j] + t * vl + v * 16 + l]
-                            for v in T.unroll(V):
-                                for l in T.vectorized(16):
-                                    yf[(gi * og + oo) * npix_pad + t * vl + v * 16 + l] = acc[v * 16 + l]
+                                        xv[v * 16 + l] = xf[wo[j] + t * vl + v * 16 + l]
+                                for r in T.unroll(R):
+                                    for v in T.unroll(V):
+                                        for l in T.vectorized(16):
+                                            acc[r * vl + v * 16 + l] = acc[r * vl + v * 16 + l] + wv[j * R + r] * xv[v * 16 + l]
+                            for r in T.unroll(R):
+                                for v in T.unroll(V):
+                                    for l in T.vectorized(16):
+                                        yf[((gi * og + oo) * R + r) * npix_pad + t * vl + v * 16 + l] = acc[r * vl + v * 16 + l]
             # 3. NCHW output without the junk columns, epilogue on the write
             for o in T.parallel(O):
                 for h in range(OH):
@@ -181,14 +218,19 @@ def _kernel(spec: ConvSpec, V: int, CB: int, nnz: int, threads: int, epi: bool):
     return kern
 
 
+def _R(cand: Candidate) -> int:
+    return dict(cand.params).get("R", 1)
+
+
 def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     threads = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 2
-    f = _kernel(spec, cand.param("V"), cand.param("CB"), cand.param("nnz"), threads, bool(cand.param("fused")))
+    f = _kernel(spec, cand.param("V"), cand.param("CB"), cand.param("nnz"), threads, bool(cand.param("fused")),
+                _R(cand))
     return finish(f, cand, spec, name)
 
 
 def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
-    vals, offs, ptr = _csr(spec, weight, cand.param("V"), cand.param("CB"))
+    vals, offs, ptr = _csr(spec, weight, cand.param("V"), cand.param("CB"), _R(cand))
     fused = bool(cand.param("fused"))
     # the kernel always takes (bias, residual): placeholders of one element stand for the parts
     # this variant does not apply (the residual, when fused, is the call's last input instead)

@@ -27,17 +27,23 @@ SPECS = [
 ]
 
 
-def _pruned(shape, sparsity, rng):
+def _pruned(shape, sparsity, rng, block=1):
     w = rng.standard_normal(shape).astype("float32")
+    if block > 1:          # blocks of `block` output channels at one (input channel, tap)
+        blocks = w.reshape(shape[0] // block, block, -1)
+        norm = np.sqrt((blocks ** 2).sum(axis=1))
+        blocks *= (norm >= np.quantile(norm, sparsity))[:, None, :]
+        return blocks.reshape(shape)
     w[np.abs(w) < np.quantile(np.abs(w), sparsity)] = 0
     return w
 
 
+@pytest.mark.parametrize("block", [1, 4])
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe() + " " + s.epilogue)
-def test_every_sparse_variant_matches_numpy(spec):
+def test_every_sparse_variant_matches_numpy(spec, block):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(spec.in_shape).astype("float32")
-    w = _pruned((spec.out_channels, spec.in_channels) + spec.kernel, 0.9, rng)
+    w = _pruned((spec.out_channels, spec.in_channels) + spec.kernel, 0.9, rng, block)
     b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
     r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
     full = conv2d_nchw(x, w, stride=spec.stride, padding=spec.padding, bias=b, residual=r,
@@ -45,6 +51,8 @@ def test_every_sparse_variant_matches_numpy(spec):
     bare = conv2d_nchw(x, w, stride=spec.stride, padding=spec.padding)
     cands = candidates.propose(spec, ["sparse_csr"], w)
     assert {c.param("fused") for c in cands} == {0, 1}
+    # block-sparse variants exactly where the zeros come in blocks (4 and, filled half, 8)
+    assert {dict(c.params).get("R", 1) for c in cands} == ({1} if block == 1 else {1, 4, 8})
     for c in cands:
         fused = c.fuses(spec)
         f = sparse_csr.build(c, spec, TARGET, "main")
@@ -54,7 +62,8 @@ def test_every_sparse_variant_matches_numpy(spec):
         out = tvm.runtime.tensor(np.zeros(spec.out_shape, "float32"))
         ex["main"](*[tvm.runtime.tensor(a) for a in args], out)
         assert rel_err(out.numpy(), full if fused else bare) < 1e-5, c.key
-        assert c.weight_bytes >= 8 * int(np.count_nonzero(w))
+        R = dict(c.params).get("R", 1)
+        assert c.weight_bytes >= 4 * (np.count_nonzero(w) + sparse_csr.blocks(w, R)), c.key
 
 
 def test_no_sparse_candidates_for_dense_weights():
