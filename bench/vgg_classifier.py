@@ -19,16 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def build():
     import onnx
     from models.builder import GraphBuilder
-    from models.zoo import _VGG11
+    from models.zoo import vgg11_features
     b = GraphBuilder("vgg11_fc", batch=1, image_size=224, seed=0, in_channels=3)
-    x, i = "input", 0
-    for v in _VGG11:
-        if v == "M":
-            x = b.maxpool(x, f"features.{i}", 2, 2)
-            i += 1
-        else:
-            x = b.conv_bn(x, v, 3, bias=True, conv=f"features.{i}", bn=f"features.{i + 1}", act=f"features.{i + 2}")
-            i += 3
+    x = vgg11_features(b)
     x = b.flatten(x, "flatten")
     b.channels[x] = 512 * 7 * 7
     x = b.relu(b.gemm(x, "classifier.0", 4096), "classifier.1")

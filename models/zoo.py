@@ -168,6 +168,11 @@ def vgg11(b: GraphBuilder) -> str:
     -> Gemm(512 -> 1000) instead of AdaptiveAvgPool(7x7) -> 25088->4096->4096
     ->1000, which would weigh ~500 MB of float32 for layers that are not convs.
     """
+    return b.head(vgg11_features(b), 1000, fc="classifier")
+
+
+def vgg11_features(b: GraphBuilder) -> str:
+    """torchvision's ``vgg11_bn`` features (conv3x3+BN+ReLU, 5 max-pools) on the input."""
     x, i = "input", 0
     for v in _VGG11:
         if v == "M":
@@ -177,7 +182,7 @@ def vgg11(b: GraphBuilder) -> str:
             x = b.conv_bn(x, v, 3, bias=True, conv=f"features.{i}",
                           bn=f"features.{i + 1}", act=f"features.{i + 2}")
             i += 3
-    return b.head(x, 1000, fc="classifier")
+    return x
 
 
 # ----------------------------------------------------------------- SqueezeNet
