@@ -144,13 +144,18 @@ def main():
         quiet = {k: _quiet(ts.ms[k]) for k in fns} | {"onnxruntime": _quiet(vs.ms["onnxruntime"])}
         to_ort = vs.ratio("graphselect", "onnxruntime")
         ratio = {k: ts.ratio(k, "graphselect") * to_ort for k in fns} | {"onnxruntime": 1.0}
+
+        def versus(peer: str, fn):
+            """``fn`` against graphselect in rounds of their own; its ratio to onnxruntime through
+            graphselect's."""
+            r = compare({"graphselect": fns["graphselect"], peer: fn}, runs=a.runs)
+            t[peer], quiet[peer] = r.median(peer), _quiet(r.ms[peer])
+            ratio[peer] = r.ratio(peer, "graphselect") * to_ort
+
         if a.openvino:
             ov = openvino_runner(m, x, a.threads)
             if ov is not None:
-                vo = compare({"graphselect": fns["graphselect"], "openvino": ov}, runs=a.runs)
-                t["openvino"] = vo.median("openvino")
-                quiet["openvino"] = _quiet(vo.ms["openvino"])
-                ratio["openvino"] = vo.ratio("openvino", "graphselect") * to_ort
+                versus("openvino", ov)
         peer_err = {}
         if a.deepsparse:
             ds = deepsparse_runner(m, x, a.threads, a.deepsparse_python)
@@ -158,11 +163,8 @@ def main():
                 ref = sess.run(None, {res.input_name: x})
                 peer_err["deepsparse"] = max(float(np.max(np.abs(o - r)) / (np.max(np.abs(r)) + 1e-12))
                                              for o, r in zip(ds.outputs(), ref))
-                vd = compare({"graphselect": fns["graphselect"], "deepsparse": ds}, runs=a.runs)
+                versus("deepsparse", ds)
                 ds.close()
-                t["deepsparse"] = vd.median("deepsparse")
-                quiet["deepsparse"] = _quiet(vd.ms["deepsparse"])
-                ratio["deepsparse"] = vd.ratio("deepsparse", "graphselect") * to_ort
         if a.tvm_default:
             dmod = from_onnx(m, shape_dict={res.input_name: list(res.input_shape)})
             dex = tvm.compile(dmod, target=res.target)

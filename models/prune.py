@@ -28,13 +28,7 @@ def prune(model: onnx.ModelProto, sparsity: float, block: int = 1) -> onnx.Model
             continue
         w = numpy_helper.to_array(init)
         if block > 1 and w.shape[0] % block == 0 and groups[init.name] == 1:
-            blocks = w.reshape(w.shape[0] // block, block, -1)
-            norm = np.sqrt((blocks.astype(np.float64) ** 2).sum(axis=1)).reshape(-1)
-            kb = int(round(sparsity * norm.size))
-            keep = np.ones(norm.size, bool)
-            keep[np.argsort(norm, kind="stable")[:kb]] = False
-            pruned = blocks * keep.reshape(blocks.shape[0], 1, -1)
-            init.CopyFrom(numpy_helper.from_array(pruned.reshape(w.shape).astype(w.dtype), init.name))
+            init.CopyFrom(numpy_helper.from_array(prune_blocks(w, sparsity, block), init.name))
             continue
         k = int(round(sparsity * w.size))
         if k == 0:
@@ -46,3 +40,14 @@ def prune(model: onnx.ModelProto, sparsity: float, block: int = 1) -> onnx.Model
         init.CopyFrom(numpy_helper.from_array(flat.reshape(w.shape).astype(w.dtype), init.name))
     m.graph.name = f"{m.graph.name}_sp{int(round(sparsity * 100))}" + (f"b{block}" if block > 1 else "")
     return m
+
+
+def prune_blocks(w: np.ndarray, sparsity: float, block: int) -> np.ndarray:
+    """``w`` (output channels first, a multiple of ``block`` of them) with the ``sparsity``
+    fraction of its blocks zeroed: a block is ``block`` consecutive output channels at one input
+    channel and tap, the blocks of least L2 norm first (ties broken by position)."""
+    blocks = w.reshape(w.shape[0] // block, block, -1)
+    norm = np.sqrt((blocks.astype(np.float64) ** 2).sum(axis=1)).reshape(-1)
+    keep = np.ones(norm.size, bool)
+    keep[np.argsort(norm, kind="stable")[:int(round(sparsity * norm.size))]] = False
+    return (blocks * keep.reshape(blocks.shape[0], 1, -1)).reshape(w.shape).astype(w.dtype)

@@ -102,7 +102,7 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
     pattern = zlib.crc32(np.packbits(weight != 0).tobytes())
     cbs = sorted({min(cb, spec.in_channels) for cb in (32, 64)})
     out = []
-    for R in (1, 4, 8):
+    for R, Vs in BLOCK_V.items():
         if R > 1:
             if spec.out_channels % R:
                 continue
@@ -111,7 +111,7 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
                 continue
         else:
             nnzb = nnz
-        for V in BLOCK_V[R]:
+        for V in Vs:
             g = geometry(spec, V)
             work = 4 * (g["planes"] * g["s_in"] + spec.out_channels * g["npix_pad"])
             for CB in cbs:

@@ -75,16 +75,19 @@ def emit_dense(bb, expr, env):
     rx = _rx()
     if _op_name(expr) != "relax.matmul" or len(expr.args) != 2 or not _is_const(expr.args[1]):
         return None
-    x = env.get(expr.args[0], expr.args[0]) if isinstance(expr.args[0], rx.Var) else None
-    ty = getattr(x, "ty", None) if x is not None else None
-    w = const_value(expr.args[1])
-    shape = [int(d) for d in getattr(ty, "shape", None) or []] if type(ty).__name__ == "TensorType" else []
-    if w.ndim != 2 or w.dtype != np.float32 or len(shape) != 2 or str(ty.dtype) != "float32" \
-            or shape[1] != w.shape[0] or shape[0] > DENSE_MAX_ROWS:
+    a = expr.args[0]
+    x = env.get(a, a) if isinstance(a, rx.Var) else None
+    ty = getattr(x, "ty", None)
+    if type(ty).__name__ != "TensorType" or getattr(ty, "shape", None) is None or str(ty.dtype) != "float32":
         return None
-    from .schedule import _reduction_width
+    shape = [int(d) for d in ty.shape]
+    w = const_value(expr.args[1])
+    if w.ndim != 2 or w.dtype != np.float32 or len(shape) != 2 or shape[1] != w.shape[0] \
+            or shape[0] > DENSE_MAX_ROWS:
+        return None
+    from .schedule import chunk_width
     (M, K), N = shape, int(w.shape[1])
-    cw = _reduction_width(N)
+    cw = chunk_width(N)
     if cw is None:
         return None
     gv = bb.add_func(dense_kernel(M, K, N, cw), "dense_gemv")

@@ -25,7 +25,7 @@ def _vector_width(extent: int | None) -> int | None:
     return extent if extent <= 16 else None
 
 
-def _reduction_width(extent: int | None) -> int | None:
+def chunk_width(extent: int | None) -> int | None:
     """Lanes of the innermost spatial loop of a reduction block (a dense layer at batch 1: one
     row of weights per reduction step): the widest multiple of 8 up to 128 that divides the
     extent and leaves at least 8 parallel chunks, so each weight row read feeds several vector
@@ -57,17 +57,15 @@ def _schedule_block(sch, blk, min_parallel: int = 2) -> None:
         return
     if not spatial:
         return
-    if not reduce_ and len(spatial) >= 3 and (_extent(sch, spatial[-1]) or 16) % 16:
-        # rows narrower than a vector (28, 14, 7 of a feature map): vectorize along the fused
-        # last two loops (a channel's whole image), one parallel task per outer index; one
-        # parallel task per 4-lane piece of a row ran ShuffleNetV2's channel shuffle 3-7x slower
+    # rows narrower than a vector (28, 14, 7 of a feature map): vectorize along the fused last
+    # two loops (a channel's whole image), one parallel task per outer index; one parallel task
+    # per 4-lane piece of a row ran ShuffleNetV2's channel shuffle 3-7x slower
+    image_in_task = not reduce_ and len(spatial) >= 3 and bool((_extent(sch, spatial[-1]) or 16) % 16)
+    if image_in_task:
         spatial = spatial[:-2] + [sch.fuse(spatial[-2], spatial[-1])]
-        serial = 1        # the image's vector pieces stay in one task
-    else:
-        serial = 0
     inner = None
     outer = spatial
-    width = (_reduction_width(_extent(sch, spatial[-1])) if len(reduce_) == 1 else None) or \
+    width = (chunk_width(_extent(sch, spatial[-1])) if len(reduce_) == 1 else None) or \
         _vector_width(_extent(sch, spatial[-1]))
     if width and width > 1:
         if width < _extent(sch, spatial[-1]):
@@ -77,7 +75,7 @@ def _schedule_block(sch, blk, min_parallel: int = 2) -> None:
             inner, outer = spatial[-1], spatial[:-1]
         if reduce_:    # reduce over the vector lanes' inputs: lanes innermost
             sch.reorder(*(outer + reduce_ + [inner]))
-    if serial and len(outer) == len(spatial):
+    if image_in_task and len(outer) == len(spatial):
         outer = outer[:-1]    # the (split or whole) image loop stays inside the task
     if outer:
         fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]

@@ -5,7 +5,7 @@ import pytest
 import tvm
 from tvm import te
 
-from graphselect.codegen.schedule import _reduction_width, schedule_func
+from graphselect.codegen.schedule import chunk_width, schedule_func
 from graphselect.target import parse_target
 
 
@@ -32,12 +32,12 @@ def test_dense_scheduled_matches_numpy(M, K, N):
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
-def test_reduction_width_keeps_eight_chunks_and_whole_vectors():
-    assert _reduction_width(1000) == 40          # 8 and 40 divide 1000; 200 leaves 5 chunks
-    assert _reduction_width(4096) == 128
-    assert _reduction_width(256) == 32
-    assert _reduction_width(1009) is None        # prime: the plain schedule
-    assert _reduction_width(36) is None          # too small to split
+def test_chunk_width_keeps_eight_chunks_and_whole_vectors():
+    assert chunk_width(1000) == 40          # 8 and 40 divide 1000; 200 leaves 5 chunks
+    assert chunk_width(4096) == 128
+    assert chunk_width(256) == 32
+    assert chunk_width(1009) is None        # prime: the plain schedule
+    assert chunk_width(36) is None          # too small to split
 
 
 @pytest.mark.parametrize("M,K,N", [(1, 1280, 1000), (3, 64, 256)])

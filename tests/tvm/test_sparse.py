@@ -6,6 +6,7 @@ import pytest
 import tvm  # a hard dependency: a broken install must fail, not skip
 
 import models
+from models.prune import prune_blocks
 from graphselect import candidates
 from graphselect.candidates import sparse_csr
 from graphselect.frontend import onnx_prep
@@ -30,10 +31,7 @@ SPECS = [
 def _pruned(shape, sparsity, rng, block=1):
     w = rng.standard_normal(shape).astype("float32")
     if block > 1:          # blocks of `block` output channels at one (input channel, tap)
-        blocks = w.reshape(shape[0] // block, block, -1)
-        norm = np.sqrt((blocks ** 2).sum(axis=1))
-        blocks *= (norm >= np.quantile(norm, sparsity))[:, None, :]
-        return blocks.reshape(shape)
+        return prune_blocks(w, sparsity, block)
     w[np.abs(w) < np.quantile(np.abs(w), sparsity)] = 0
     return w
 
