@@ -178,6 +178,7 @@ class Measured:
     timings: dict                      # (workload, candidate) -> costmodels.table.Timing
     jobs: int
     reused: int
+    retimed: int                       # records found but not trusted (flagged or stale), so re-timed
     flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
 
 
@@ -189,8 +190,9 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     keys = {j.key: j for j in plan.jobs}
     ref = store.get(s.ctx, *REFERENCE, "")
     quiet = ref.cold_ms if ref is not None else None
-    reused = sum(1 for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None
-                 and not stale(m, quiet))
+    found = [m for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None]
+    retimed = sum(1 for m in found if stale(m, quiet))
+    reused = len(found) - retimed
     probe = None
     if reused < len(keys):
         s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
@@ -201,7 +203,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
         keep_quiet(s, store, probe)
     timings = {k: Timing(m.cold_ms, m.warm_ms) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
-    return Measured(plan, meas, timings, len(keys), reused, flagged)
+    return Measured(plan, meas, timings, len(keys), reused, retimed, flagged)
 
 
 def load_probe(s: Settings, store):

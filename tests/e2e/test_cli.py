@@ -50,11 +50,15 @@ def test_optimize_writes_library_module_and_report(tmp_path):
             "print(vm['main'](tvm.runtime.tensor(np.zeros((1,3,32,32),'float32'))).numpy().shape)" % str(out / "model.so"))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "(1, 10)" in p.stdout, p.stderr
-    # a second run reuses every record
+    # a second run reuses every record it trusts; on a noisy machine a few were timed under load
+    # (flagged, or slower reference than the quietest now known) and are re-timed, never more
     r2 = run("optimize", str(model), "-o", str(out), "--runs", "0", "--no-verify", cwd=tmp_path)
     assert r2.returncode == 0, r2.stderr
     rep2 = json.loads((out / "report.json").read_text())
-    assert rep2["records"]["reused"] == rep2["records"]["jobs"]
+    rec = rep2["records"]
+    assert rec["jobs"] == rep["records"]["jobs"]
+    assert rec["reused"] + rec["retimed"] == rec["jobs"]
+    assert rec["retimed"] <= max(2, rec["jobs"] // 10), rec
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
