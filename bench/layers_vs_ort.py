@@ -100,10 +100,11 @@ def kernel_fn(cand, spec, target):
     """The candidate's kernel compiled alone, as a zero-argument callable on random arguments."""
     import tvm
     from graphselect.candidates import family
-    from graphselect.measure.local import _compile, _random_args
+    from graphselect.measure.builder import compile_func
+    from graphselect.measure.jobs import arg_arrays
     f = family(cand).build(cand, spec, target, "main")
-    lib = _compile(f, target)
-    args = _random_args(f, tvm.cpu(), np.random.default_rng(0))
+    lib = compile_func(f, target)
+    args = [tvm.runtime.tensor(x, tvm.cpu()) for x in arg_arrays(f, np.random.default_rng(0))]
     main = lib["main"]
     fn = lambda: main(*args)  # noqa: E731
     fn.runtime = "tvm"

@@ -41,6 +41,8 @@ class OptimizeResult:
     output_names: tuple = ()
     extra: dict = field(default_factory=dict)
     library: Path | None = None      # a compiled library on disk this result was loaded from
+    cc: str | None = None            # the C compiler that links the library (a cross compiler)
+    foreign: bool = False            # built for another CPU or architecture: it runs on the device only
 
     def build(self):
         """Compile (once) and return the VM executable."""
@@ -78,6 +80,9 @@ class OptimizeResult:
         for name, x, shape in zip(self.input_names, xs, self.input_shapes):
             if tuple(x.shape) != tuple(shape):
                 raise GraphSelectError(f"input '{name}' has shape {tuple(x.shape)}, the model's is {tuple(shape)}")
+        if self.foreign:
+            raise GraphSelectError(f"this network is built for {self.report.get('target')} and runs on that device, "
+                                   "not here: export() it and load model.so there")
         vm = self.extra.get("vm")
         if vm is None:
             vm = self.extra["vm"] = relax.VirtualMachine(self.build(), tvm.cpu())
@@ -100,8 +105,9 @@ class OptimizeResult:
             if self.library is not None and self.library.exists():
                 shutil.copyfile(self.library, lib)
             else:
+                from .measure.builder import export
                 with _silence_stderr():
-                    self.build().export_library(str(lib))
+                    export(self.build(), str(lib), self.cc)
             (tmp / "module.py").write_text(self.module.script(show_meta=False))
             written = {"library": lib, "module": tmp / "module.py", **write_reports(self.report, tmp)}
             paths = {}
@@ -119,15 +125,17 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
              cache: str | os.PathLike | None | bool = True, time_limit: float = 30.0, verify: bool = True,
              benchmark_runs: int = 30, timing=None, progress: Progress | None = None,
              name: str | None = None, cache_budget: int | str | None = "auto", max_rounds: int | None = None,
-             workers: int | None = None) -> OptimizeResult:
-    """Optimize an ONNX CNN for this CPU.
+             workers: int | None = None, rpc_tracker: str | None = None, rpc_key: str | None = None,
+             rpc_sessions: int = 1, cross_cc: str | None = None) -> OptimizeResult:
+    """Optimize an ONNX CNN for this CPU, or for the devices behind a TVM RPC tracker.
 
     Parameters
     ----------
     model : str, Path, bytes or onnx.ModelProto
         The model (a path, serialized bytes or a loaded proto).
     target : str or dict
-        ``"llvm"`` (this CPU) or ``"llvm -mcpu=NAME"``; only this machine's CPU can be measured.
+        ``"llvm"`` (this CPU; with ``rpc_tracker``, the device's) or ``"llvm -mcpu=NAME
+        [-mtriple=TRIPLE] [-mattr=...]"``; a CPU other than this machine's needs ``rpc_tracker``.
     threads : int, optional
         Threads for measurement and inference (default: the CPUs this process may use).
     input_shape : dict or tuple, optional
@@ -158,6 +166,15 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         timing, 0 without.
     workers : int, optional
         Compiler processes for measurement (default: up to 2).
+    rpc_tracker, rpc_key : str, optional
+        ``"HOST:PORT"`` of a TVM RPC tracker and the key its device servers registered under:
+        every kernel is measured on those devices (``rpc_sessions`` of them at once), and the
+        built network is verified and timed there (onnxruntime's reference runs here). Records
+        are filed under the device's CPU, triple and threads. The device is selected on isolated
+        costs (no closed loop, no cache probe: ``cache_budget`` "auto" means none).
+    cross_cc : str, optional
+        The C compiler that links libraries for the target (default: ``<triple>-gcc`` on PATH
+        for another architecture, the host's otherwise).
 
     Returns
     -------
@@ -175,7 +192,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     s = pipeline.settings(target=target, threads=threads, solver=solver, families=families, cache=cache,
                           time_limit=time_limit, verify=verify, benchmark_runs=benchmark_runs, timing=timing,
                           progress=progress, name=name, cache_budget=cache_budget, max_rounds=max_rounds,
-                          workers=workers)
+                          workers=workers, rpc_tracker=rpc_tracker, rpc_key=rpc_key, rpc_sessions=rpc_sessions,
+                          cross_cc=cross_cc)
     clock = pipeline.Stopwatch()
     imported = pipeline.load(model, s, input_shape)
     pipeline.check_solver(imported, s)
@@ -193,7 +211,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                              store=str(store.path) if store.path else None)
     chosen = selection.by_label(selection.label)
     return OptimizeResult(module=chosen.module, report=report, executable=chosen.executable, target=s.target,
-                          library=chosen.library,
+                          library=chosen.library, cc=s.cc, foreign=s.spec.foreign,
                           assignment={n: (c.key if hasattr(c, "key") else c) for n, c in chosen.selection.items()},
                           input_names=imported.prepared.input_names, input_shapes=imported.prepared.input_shapes,
                           output_names=imported.prepared.output_names,

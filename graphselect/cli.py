@@ -103,7 +103,9 @@ def cmd_optimize(a) -> int:
         res = optimize(model, target=a.target, threads=a.threads, input_shape=_parse_shape(a.input_shape),
                        solver=a.solver, families=a.families.split(",") if a.families else None, cache=cache,
                        time_limit=a.time_limit, verify=not a.no_verify, benchmark_runs=a.runs,
-                       progress=prog, name=name, cache_budget=_parse_budget(a.cache_budget))
+                       progress=prog, name=name, cache_budget=_parse_budget(a.cache_budget),
+                       rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_sessions=a.rpc_sessions,
+                       cross_cc=a.cross_cc)
     finally:
         prog.close()
     paths = res.export(outdir)
@@ -227,7 +229,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("optimize", help="measure, select and build an ONNX CNN for this CPU")
     o.add_argument("model", help="path to an .onnx file, or a zoo model name (see `graphselect zoo list`)")
-    o.add_argument("--target", default="llvm", help="llvm (this CPU, default) or 'llvm -mcpu=NAME'")
+    o.add_argument("--target", default="llvm",
+                   help="llvm (this CPU, default; with --rpc-tracker the device's), or 'llvm -mcpu=NAME "
+                        "[-mtriple=TRIPLE] [-mattr=...]' (another CPU needs --rpc-tracker)")
+    o.add_argument("--rpc-tracker", metavar="HOST:PORT",
+                   help="measure, verify and time on the devices registered with this TVM RPC tracker")
+    o.add_argument("--rpc-key", metavar="KEY", help="the key the device servers registered under")
+    o.add_argument("--rpc-sessions", type=int, default=1, metavar="N",
+                   help="devices to measure on at once (default 1)")
+    o.add_argument("--cross-cc", metavar="CC",
+                   help="C compiler that links libraries for the target (default: TRIPLE-gcc for another arch)")
     o.add_argument("--sparsity", type=float, default=0.0, help="prune a zoo model's convs to this sparsity first")
     o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
     o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")

@@ -45,17 +45,41 @@ class Settings:
     innet_rounds: int
     progress: Progress = field(default=_quiet, compare=False)
     name: str | None = None
+    rpc: object = None                 # measure.rpc.RpcConfig: measure and run on the tracker's devices
+    cc: str | None = None              # the C compiler that links libraries for the target (cross)
+
+    @property
+    def remote(self) -> bool:
+        return self.rpc is not None
 
 
 def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cache=True, time_limit=30.0,
              verify=True, benchmark_runs=30, timing=None, progress=None, name=None, cache_budget="auto",
-             workers=None, max_rounds=None, innet_rounds=8) -> Settings:
-    """Validate the options and fix this process's TVM thread count."""
+             workers=None, max_rounds=None, innet_rounds=8, rpc_tracker=None, rpc_key=None, rpc_sessions=1,
+             cross_cc=None) -> Settings:
+    """Validate the options and fix this process's TVM thread count (with ``rpc_tracker``: ask
+    the key's devices what they are instead)."""
     import tvm
-    from .measure.local import TimingConfig
+    from .measure.jobs import TimingConfig
     from .measure.store import Context, default_path
-    from .target import cpu_model, parse_target, runtime_tag
-    spec = parse_target(target, threads=threads)
+    from .target import cpu_model, cross_compiler, parse_target, runtime_tag
+    rpc_cfg = device = None
+    if rpc_tracker is not None or rpc_key is not None:
+        from .measure import rpc
+        if rpc_tracker is None:
+            raise GraphSelectError("--rpc-key needs --rpc-tracker HOST:PORT")
+        rpc_cfg = rpc.parse_tracker(rpc_tracker, rpc_key, rpc_sessions)
+        device = rpc.device(rpc_cfg)
+        target = _device_target(target, device)
+        if threads is not None and threads != device.threads:
+            raise GraphSelectError(f"the servers under key {rpc_key!r} run {device.threads} TVM thread(s), not "
+                                   f"{threads}; start them with TVM_NUM_THREADS={threads} or leave --threads out")
+        threads = device.threads
+    spec = parse_target(target, threads=threads, remote=rpc_cfg is not None)
+    if device is not None and spec.arch != device.triple.split("-", 1)[0]:
+        raise GraphSelectError(f"the target is {spec.arch} but the servers under key {rpc_key!r} are "
+                               f"{device.triple}; pass a target for them (llvm -mtriple={device.triple})")
+    cc = cross_compiler(spec, cross_cc)
     if solver not in SOLVERS:
         raise GraphSelectError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
     if not time_limit > 0:
@@ -72,26 +96,44 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
                                "term that breaks its independence); pass --cache-budget off with --solver dp, "
                                "or use cp-sat")
     _check_hardware_file()
-    # TVM's thread pool reads this when it starts; set it before any TVM kernel runs
-    os.environ["TVM_NUM_THREADS"] = str(spec.threads)
-    running = int(tvm.get_global_func("runtime.NumThreads")())
-    if running != spec.threads:     # the pool started earlier: timings would be filed under the wrong count
-        raise GraphSelectError(
-            f"TVM's thread pool already runs {running} thread(s), started before optimize could set "
-            f"TVM_NUM_THREADS={spec.threads}; set TVM_NUM_THREADS={spec.threads} before the first TVM kernel "
-            f"runs in this process, or pass threads={running}")
+    if device is None:
+        _fix_threads(spec.threads)
     path = (default_path() if cache is True else Path(cache)) if cache not in (None, False) else None
     if path is not None:
         path = _writable_store(path)
-    ctx = Context(target=spec.key, cpu=cpu_model(), threads=spec.threads, tvm=runtime_tag(tvm.__version__))
-    if max_rounds is None:
-        max_rounds = 3 if benchmark_runs else 0
+    cpu = device.name if device is not None else cpu_model()
+    ctx = Context(target=spec.key, cpu=cpu, threads=spec.threads, tvm=runtime_tag(tvm.__version__))
+    if max_rounds is None or device is not None:
+        # in-network kernel timing runs on this machine only: a device is selected on isolated costs
+        max_rounds = 3 if benchmark_runs and device is None else 0
+    if device is not None and cache_budget == "auto":
+        cache_budget = None        # the device's caches are not probed: cold-weight costs
     return Settings(spec=spec, target=spec.tvm_target(), ctx=ctx, solver=solver,
                     families=tuple(families) if families else None, cache=path, time_limit=float(time_limit),
                     verify=verify, benchmark_runs=int(benchmark_runs), timing=timing or TimingConfig(),
                     cache_budget=cache_budget, workers=int(workers or min(2, os.cpu_count() or 1)),
                     max_rounds=int(max_rounds), innet_rounds=int(innet_rounds), progress=progress or _quiet,
-                    name=name)
+                    name=name, rpc=rpc_cfg, cc=cc)
+
+
+def _device_target(target, device):
+    """``llvm`` with no CPU or triple means the device's own CPU and triple."""
+    if isinstance(target, str) and target.strip() == "llvm":
+        return f"llvm -mcpu={device.cpu} -mtriple={device.triple}"
+    return target
+
+
+def _fix_threads(threads: int) -> None:
+    """Set this process's TVM thread count, or refuse when its pool already runs another."""
+    import tvm
+    # TVM's thread pool reads this when it starts; set it before any TVM kernel runs
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    running = int(tvm.get_global_func("runtime.NumThreads")())
+    if running != threads:     # the pool started earlier: timings would be filed under the wrong count
+        raise GraphSelectError(
+            f"TVM's thread pool already runs {running} thread(s), started before optimize could set "
+            f"TVM_NUM_THREADS={threads}; set TVM_NUM_THREADS={threads} before the first TVM kernel "
+            f"runs in this process, or pass threads={running}")
 
 
 def _check_hardware_file() -> None:
@@ -185,7 +227,8 @@ class Measured:
 def measure(imported: Imported, s: Settings, store) -> Measured:
     from costmodels.table import Timing
     from .measure import plan as plan_mod
-    from .measure.local import REFERENCE, measure as run, stale
+    from .measure.local import REFERENCE, stale
+    from .measure.run import measure as run
     plan = plan_mod.make_plan(imported.lg, s.target, s.families)
     keys = {j.key: j for j in plan.jobs}
     ref = store.get(s.ctx, *REFERENCE, "")
@@ -194,16 +237,25 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     retimed = sum(1 for m in found if stale(m, quiet))
     reused = len(found) - retimed
     probe = None
-    if reused < len(keys):
+    if reused < len(keys) and not s.remote:
         s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
         probe = load_probe(s, store)
     meas = run(list(plan.jobs), target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
-               probe=probe, progress=lambda d, n, m: s.progress("measure", d, n, m))
+               runner=runner(s, probe), cc=s.cc, progress=lambda d, n, m: s.progress("measure", d, n, m))
     if probe is not None:
         keep_quiet(s, store, probe)
     timings = {k: Timing(m.cold_ms, m.warm_ms) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged)
+
+
+def runner(s: Settings, probe=None):
+    """Where kernels are timed: the tracker's devices, or this machine guarded by ``probe``."""
+    if s.remote:
+        from .measure.rpc import RpcRunner
+        return RpcRunner(s.rpc)
+    from .measure.local import LocalRunner
+    return LocalRunner(probe)
 
 
 def load_probe(s: Settings, store):
@@ -227,7 +279,8 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
     """Re-time the records a model's plan uses (those whose workload or candidate contains
     ``match``; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
     from .measure import plan as plan_mod
-    from .measure.local import REFERENCE, measure as run, stale
+    from .measure.local import REFERENCE, stale
+    from .measure.run import measure as run
     imported = load(model, s, input_shape)
     plan = plan_mod.make_plan(imported.lg, s.target, s.families)
     ref = store.get(s.ctx, *REFERENCE, "")
@@ -243,9 +296,9 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
         jobs.append(j)
     for j in jobs:
         store.delete(s.ctx, match=None, key=(j.workload, j.candidate, j.version))
-    probe = load_probe(s, store) if jobs else None
-    new = run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers, probe=probe,
-              progress=lambda d, n, m: s.progress("measure", d, n, m))
+    probe = load_probe(s, store) if jobs and not s.remote else None
+    new = run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
+              runner=runner(s, probe), cc=s.cc, progress=lambda d, n, m: s.progress("measure", d, n, m))
     if probe is not None:
         keep_quiet(s, store, probe)
     return [(j.workload, j.candidate, old[j.key], new.get(j.key)) for j in jobs]
@@ -268,6 +321,8 @@ def machine(s: Settings, store) -> Machine:
         budget = residency_budget(hw)
     else:
         budget = None if s.cache_budget in (None, "off") else int(s.cache_budget)
+    if s.remote:    # this machine's caches say nothing of the device's, and no probe runs there
+        return Machine(budget, (), {"source": f"RPC device {s.ctx.cpu} (key {s.rpc.key}): caches and peak not probed"})
     hardware = {"l1d_bytes": hw.l1d_bytes, "l2_bytes": hw.l2_bytes, "l3_bytes": hw.l3_bytes,
                 "line_bytes": hw.line_bytes, "source": hw.source, "residency_budget_bytes": residency_budget(hw)}
     steps = ()
@@ -375,7 +430,7 @@ def build(imported: Imported, measured: Measured, label: str, assignment, s: Set
 
 
 def _build_path(imported: Imported, measured: Measured, choice, s: Settings) -> Path | None:
-    if s.cache is None:
+    if s.cache is None or s.spec.foreign:      # a library for another CPU cannot be loaded back here
         return None
     from . import candidates, codegen
     code = "|".join([codegen.code_version()] + [candidates.code_version(f) for f in sorted(candidates.FAMILIES)])
@@ -429,10 +484,8 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
     """Every output of every built network against the reference (onnxruntime, or what
     ``measure.reference`` falls back to); then the built networks timed against each other (one
     runtime: no pauses, so many rounds), and the returned one against onnxruntime (pauses at every
-    switch, so ``benchmark_runs`` calls)."""
-    from tvm import relax
-    import tvm
-    from .runtime import call
+    switch, so ``benchmark_runs`` calls). On an RPC device the networks run and are timed there
+    (the reference still runs here), and onnxruntime, which runs here, is not timed against them."""
     prep = imported.prepared
     xs = inputs(imported)
     feeds = dict(zip(prep.input_names, xs))
@@ -442,23 +495,26 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
         from .measure.reference import reference
         s.progress("verify", 0, 1, "running the reference")
         ref = reference(_with_shape(imported.original, prep), feeds, s.spec.threads)
+    nets = _networks(built, s) if s.verify or s.benchmark_runs else {}
     if s.verify:
-        s.progress("verify", 0, 1, f"comparing every output with {ref.name}")
+        where = f" on the RPC device ({s.rpc.key})" if s.remote else ""
+        s.progress("verify", 0, 1, f"comparing every output{where} with {ref.name}")
         for b in built:
-            got = call(relax.VirtualMachine(b.executable, tvm.cpu()), xs)
+            got = nets[b.label].run(xs)
             errs[b.label] = compare_outputs(got, ref.outputs, prep.output_names, b.label, ref.name)
     if not s.benchmark_runs:
         return Checked(errs, None, None, {}, ref.name if ref else "", ref.why if ref else "")
-    from .measure.e2e import compare, ort_runner, vm_runner
+    from .measure.e2e import compare, ort_runner
+    versus = ref.timeable and not s.remote
     s.progress("benchmark", 0, 1, f"timing end to end ({len(built)} network(s)"
-               + (", then against onnxruntime)" if ref.timeable else ")"))
-    probe = load_probe(s, store) if store is not None else None
+               + (", then against onnxruntime)" if versus else ")"))
+    probe = load_probe(s, store) if store is not None and not s.remote else None
     quiet = probe.quiet if probe is not None else None
-    fns = {b.label: vm_runner(b.executable, xs) for b in built}
+    fns = {b.label: nets[b.label].runner(xs) for b in built}
     ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, waits=6, seconds=CHECK_SECONDS) \
-        if len(fns) > 1 or not ref.timeable else None
+        if len(fns) > 1 or not versus else None
     vs = None
-    if ref.timeable:
+    if versus:
         # blocks of 10: half the runtime switches, each of which costs a 1 s pause
         vs = compare({chosen: fns[chosen], "onnxruntime": ort_runner(ref.session, feeds)},
                      runs=s.benchmark_runs, block=10, quiet=quiet, waits=6)
@@ -466,6 +522,33 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
     if vs is not None:
         measured["onnxruntime"] = vs.median("onnxruntime")
     return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why)
+
+
+class _LocalNetwork:
+    """A built network on this machine, with the interface of ``measure.rpc.RemoteNetwork``."""
+
+    def __init__(self, executable):
+        import tvm
+        from tvm import relax
+        self.executable = executable
+        self.vm = relax.VirtualMachine(executable, tvm.cpu())
+
+    def run(self, xs) -> list[np.ndarray]:
+        from .runtime import call
+        return call(self.vm, xs)
+
+    def runner(self, xs):
+        from .measure.e2e import vm_runner
+        return vm_runner(self.executable, xs)
+
+
+def _networks(built: list[Built], s: Settings) -> dict:
+    """label -> the built network loaded where it runs: this machine, or an RPC device."""
+    if not s.remote:
+        return {b.label: _LocalNetwork(b.executable) for b in built}
+    from .measure.rpc import RemoteNetwork, open_session
+    sess = open_session(s.rpc)
+    return {b.label: RemoteNetwork(sess, b.executable, s.cc, b.library) for b in built}
 
 
 def compare_outputs(got: list, want, names, label: str, ref_name: str) -> float:

@@ -1,8 +1,13 @@
-"""Resolve the user's target string to a TVM target that really uses this CPU.
+"""Resolve the user's target string to a TVM target that really uses the CPU it runs on.
 
 TVM 0.27 rejects option strings ("llvm -mcpu=native") and silently turns
 {"kind": "llvm", "mcpu": "native"} into a generic CPU, so "llvm" is resolved here to the host's
 LLVM CPU name with a dict target.
+
+A target for another CPU (``-mtriple=aarch64-linux-gnu``, or another x86 ``-mcpu``) is
+cross-compiled and can only be measured on that device, through an RPC runner
+(``measure.rpc``); :func:`parse_target` refuses it otherwise. :func:`vector_isa` gives the
+vector width and register count the candidate grids follow.
 """
 from __future__ import annotations
 
@@ -16,14 +21,24 @@ from .errors import GraphSelectError
 
 
 @dataclass(frozen=True)
+class VectorIsa:
+    """What the candidate grids assume of the target's SIMD unit."""
+    lanes: int           # float32 lanes of one vector register
+    registers: int       # vector registers
+
+
+@dataclass(frozen=True)
 class TargetSpec:
     mcpu: str
     threads: int
     mattr: tuple[str, ...] = ()
+    mtriple: str | None = None      # None: this machine's
 
     def tvm_target(self):
         import tvm
         d = {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.threads}
+        if self.mtriple:
+            d["mtriple"] = self.mtriple
         if self.mattr:
             d["mattr"] = list(self.mattr)
         return tvm.target.Target(d)
@@ -31,7 +46,71 @@ class TargetSpec:
     @property
     def key(self) -> str:
         """Everything about the target that changes a timing (for the record store)."""
-        return f"llvm -mcpu={self.mcpu}" + (f" -mattr={','.join(self.mattr)}" if self.mattr else "")
+        return (f"llvm -mcpu={self.mcpu}" + (f" -mtriple={self.mtriple}" if self.mtriple else "")
+                + (f" -mattr={','.join(self.mattr)}" if self.mattr else ""))
+
+    @property
+    def arch(self) -> str:
+        """The triple's architecture (x86_64, aarch64, ...)."""
+        return (self.mtriple or host_triple()).split("-", 1)[0]
+
+    @property
+    def foreign(self) -> bool:
+        """Whether this machine cannot run the target's code (another arch or another CPU)."""
+        return (self.mtriple is not None and self.arch != host_triple().split("-", 1)[0]) or self.mcpu != host_cpu()
+
+    @property
+    def isa(self) -> VectorIsa:
+        return vector_isa(self.arch, self.mcpu, self.mattr)
+
+
+# x86 CPUs LLVM knows with AVX-512 (16 float lanes, 32 registers) or AVX2 (8 lanes, 16 registers)
+_AVX512_CPUS = ("skylake-avx512", "cascadelake", "cooperlake", "icelake", "sapphirerapids", "emeraldrapids",
+                "graniterapids", "tigerlake", "rocketlake", "znver4", "znver5", "x86-64-v4")
+_AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver1", "znver2",
+              "znver3", "x86-64-v3")
+
+
+def vector_isa(arch: str, mcpu: str, mattr=()) -> VectorIsa:
+    """The SIMD unit of a target: AArch64's NEON (4 lanes, 32 registers), x86's AVX-512 (16, 32),
+    AVX2 (8, 16) or SSE (4, 16), from the CPU name and -mattr."""
+    attrs = {a.lstrip("+") for a in mattr if not a.startswith("-")}
+    if arch in ("aarch64", "arm64"):
+        return VectorIsa(4, 32)
+    if arch not in ("x86_64", "i686", "i386"):
+        return VectorIsa(4, 16)
+    if any(a.startswith("avx512") for a in attrs) or mcpu.startswith(_AVX512_CPUS):
+        return VectorIsa(16, 32)
+    if "avx2" in attrs or mcpu.startswith(_AVX2_CPUS):
+        return VectorIsa(8, 16)
+    return VectorIsa(4, 16)
+
+
+@lru_cache(maxsize=None)
+def host_triple() -> str:
+    import tvm.target.codegen as cg
+    return str(cg.llvm_get_system_triple())
+
+
+def cross_compiler(spec: TargetSpec, cc: str | None = None) -> str | None:
+    """The C compiler that links libraries for ``spec``: ``cc`` if given, None (the host's) for
+    this machine's architecture, else ``<triple>-gcc`` found on PATH (``aarch64-linux-gnu-gcc``)."""
+    import shutil
+    if cc:
+        if shutil.which(cc) is None:
+            raise GraphSelectError(f"cross compiler {cc!r} not found on PATH")
+        return cc
+    if spec.mtriple is None or spec.arch == host_triple().split("-", 1)[0]:
+        return None
+    parts = spec.mtriple.split("-")
+    names = [spec.mtriple + "-gcc"]
+    if len(parts) == 4:                      # aarch64-unknown-linux-gnu -> aarch64-linux-gnu-gcc
+        names.append("-".join([parts[0]] + parts[2:]) + "-gcc")
+    for n in names:
+        if shutil.which(n):
+            return n
+    raise GraphSelectError(f"no cross compiler for {spec.mtriple} found on PATH (tried {', '.join(names)}); "
+                           f"install one (Debian: gcc-{parts[0].replace('_', '-')}-linux-gnu) or pass --cross-cc")
 
 
 @lru_cache(maxsize=None)
@@ -70,11 +149,11 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def parse_target(target: str | dict = "llvm", *, threads: int | None = None) -> TargetSpec:
-    """Parse ``llvm``, ``llvm -mcpu=NAME [-mattr=a,b]`` or a JSON/dict llvm target.
+def parse_target(target: str | dict = "llvm", *, threads: int | None = None, remote: bool = False) -> TargetSpec:
+    """Parse ``llvm``, ``llvm -mcpu=NAME [-mtriple=T] [-mattr=a,b]`` or a JSON/dict llvm target.
 
-    Only CPU (llvm) targets that this machine can run are supported: graphselect measures
-    every candidate on the machine it runs on.
+    Only CPU (llvm) targets are supported. One this machine cannot run (another CPU or
+    architecture) needs ``remote``: graphselect measures every candidate on the device itself.
     """
     threads = default_threads() if threads is None else threads
     if threads < 1:
@@ -87,32 +166,38 @@ def parse_target(target: str | dict = "llvm", *, threads: int | None = None) -> 
     if isinstance(target, dict):
         kind = target.get("kind")
         mcpu = target.get("mcpu", "native")
+        mtriple = target.get("mtriple")
         mattr = target.get("mattr", ())
         mattr = tuple(mattr.split(",")) if isinstance(mattr, str) else tuple(mattr)
     else:
         parts = str(target).split()
         if not parts:
             raise GraphSelectError("empty target; use --target llvm")
-        kind, mcpu, mattr = parts[0], "native", ()
+        kind, mcpu, mattr, mtriple = parts[0], "native", (), None
         for p in parts[1:]:
             if p.startswith("-mcpu="):
                 mcpu = p.split("=", 1)[1]
+            elif p.startswith("-mtriple="):
+                mtriple = p.split("=", 1)[1] or None
             elif p.startswith("-mattr="):
                 mattr = tuple(a for a in p.split("=", 1)[1].split(",") if a)
             elif p.startswith("-num-cores="):
                 threads = int(p.split("=", 1)[1])
             else:
                 raise GraphSelectError(f"unknown target option {p!r} in {target!r}; "
-                                       "supported: -mcpu=NAME, -mattr=a,b, -num-cores=N")
+                                       "supported: -mcpu=NAME, -mtriple=TRIPLE, -mattr=a,b, -num-cores=N")
     if kind != "llvm":
         raise GraphSelectError(f"target kind {kind!r} is not supported: graphselect selects CPU "
                                "kernels and measures them on this machine; use --target llvm")
     host = host_cpu()
+    other_arch = mtriple is not None and mtriple.split("-", 1)[0] != host_triple().split("-", 1)[0]
     if mcpu in ("native", "host", None):
-        mcpu = host
-    if mcpu != host:
-        # A foreign CPU could not be measured here (no remote runner yet); refuse rather than
-        # select with timings from the wrong chip.
-        raise GraphSelectError(f"target CPU {mcpu!r} is not this machine's CPU ({host!r}); "
-                               "graphselect measures on the local CPU, use --target llvm")
-    return TargetSpec(mcpu=mcpu, threads=threads, mattr=mattr)
+        mcpu = "generic" if other_arch else host
+    spec = TargetSpec(mcpu=mcpu, threads=threads, mattr=mattr, mtriple=mtriple)
+    if spec.foreign and not remote:
+        # timings from this chip would select for the wrong one: measure on the device instead
+        what = f"architecture {spec.arch!r}" if other_arch else f"CPU {mcpu!r}"
+        raise GraphSelectError(f"target {what} is not this machine's ({host_triple()}, {host!r}): graphselect "
+                               "measures on the device it selects for; start a TVM RPC server there and pass "
+                               "--rpc-tracker HOST:PORT --rpc-key KEY, or use --target llvm for this machine")
+    return spec

@@ -1,5 +1,6 @@
-"""A compiler process for :class:`graphselect.measure.local.Builder`: reads one request per line
-on stdin (a PrimFunc as TVM JSON in a file, the target, where to write the library), compiles it
+"""A compiler process for :class:`graphselect.measure.builder.Builder`: reads one request per line
+on stdin (a PrimFunc as TVM JSON in a file, the target, where to write the library, the C compiler
+that links it), compiles it
 and answers one line on stdout. Started as ``python -m graphselect.measure.compile_worker``, so
 it never imports the user's main module (as multiprocessing's spawn would) and never inherits
 the parent's threads (as fork would)."""
@@ -13,6 +14,7 @@ MARK = "@@graphselect "       # answer lines start with it: anything else on std
 
 def main() -> int:
     import tvm
+    from .builder import export
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -21,7 +23,7 @@ def main() -> int:
             with open(req["func"]) as f:
                 func = tvm.ir.load_json(f.read()).with_attr("global_symbol", "main")
             ex = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(req["target"]))
-            ex.export_library(req["out"])
+            export(ex, req["out"], req.get("cc"))
             answer = {"ok": req["out"]}
         except Exception as e:  # noqa: BLE001 - every failure goes back as a message
             answer = {"error": (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]}

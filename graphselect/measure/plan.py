@@ -17,7 +17,7 @@ from .. import candidates as cand_mod
 from .. import codegen
 from ..graph import layouts
 from ..graph.layers import Layer, LayerGraph, _is_const, _shape, input_layer
-from .local import Check, Job
+from .jobs import Check, Job
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,8 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "prepare_notes": list(imported.prepared.notes),
         "folded_batchnorm": imported.prepared.folded_bn,
         "target": settings.spec.key, "cpu": settings.ctx.cpu, "threads": settings.spec.threads,
+        "runner": ({"kind": "rpc", "tracker": settings.rpc.address, "key": settings.rpc.key,
+                    "sessions": settings.rpc.sessions} if settings.remote else {"kind": "local"}),
         "tvm_version": settings.ctx.tvm.split(" ")[0], "tvm_runtime": settings.ctx.tvm,
         "solver": {"method": sol.method, "optimal": sol.optimal, "seconds": _r(sol.seconds, 3),
                    "gap": _r(sol.gap, 6), "predicted_ms": _r(sol.cost)},

@@ -8,7 +8,7 @@ import models
 from graphselect import loop, pipeline
 from graphselect.measure import plan as plan_mod
 from graphselect.measure.innet import KernelCall, NetworkTiming
-from graphselect.measure.local import TimingConfig
+from graphselect.measure.jobs import TimingConfig
 from graphselect.measure.store import Measurement, RecordStore
 
 QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)

@@ -11,7 +11,7 @@ import tvm  # noqa: F401 - a hard dependency: a broken install must fail, not sk
 
 import graphselect
 import models
-from graphselect.measure.local import TimingConfig
+from graphselect.measure.jobs import TimingConfig
 
 QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -7,7 +7,7 @@ import tvm  # noqa: F401 - a hard dependency: a broken install must fail, not sk
 
 import graphselect
 import models
-from graphselect.measure.local import TimingConfig
+from graphselect.measure.jobs import TimingConfig
 
 QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
 

@@ -41,7 +41,8 @@ def test_replace_keeps_one_row():
 
 
 def test_jobs_sharing_a_workload_are_measured_once():
-    from graphselect.measure.local import Job, measure
+    from graphselect.measure.jobs import Job
+    from graphselect.measure.run import measure
     built = []
     s = RecordStore(None)
     s.put(CTX, Measurement("w", "c1", 1.0, 1.0))
@@ -78,7 +79,8 @@ def test_the_code_version_is_part_of_the_key():
 
 def test_a_changed_schedule_is_measured_again_not_reused():
     """A record filed under an older code version is never handed to a job of the new one."""
-    from graphselect.measure.local import Job, measure
+    from graphselect.measure.jobs import Job
+    from graphselect.measure.run import measure
     s = RecordStore(None)
     s.put(CTX, Measurement("w", "c", 1.0, 1.0, version="old"))
     built = []

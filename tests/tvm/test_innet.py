@@ -1,11 +1,12 @@
-"""In-network timing (measure.innet) and the compiler workers (measure.local.Builder)."""
+"""In-network timing (measure.innet) and the compiler workers (measure.builder.Builder)."""
 import numpy as np
 import pytest
 
 import graphselect
 import models
 from graphselect.measure.innet import BUILTIN_PREFIX, quiet_rounds, time_networks
-from graphselect.measure.local import Builder, TimingConfig
+from graphselect.measure.builder import Builder
+from graphselect.measure.jobs import TimingConfig
 
 QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
 
@@ -86,7 +87,7 @@ def test_a_dead_compiler_is_replaced_and_the_kernel_tried_again():
 
 
 def test_a_compiler_that_always_dies_makes_failed_kernels_not_a_dead_run(monkeypatch):
-    from graphselect.measure import local
+    from graphselect.measure import builder as local
     from graphselect.target import parse_target
     target = parse_target("llvm").tvm_target()
     f = _kernel(target)

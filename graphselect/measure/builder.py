@@ -1,0 +1,185 @@
+"""The builder: PrimFuncs to kernels, in ``workers`` compiler processes in parallel.
+
+Each PrimFunc is compiled for the target and linked into a shared library (with ``cc`` when the
+target is another architecture's: a cross compiler); a compiler that fails, crashes or hangs
+makes an exception in that func's place, never a dead run. Only the library file comes back: a
+local runner loads it (``files=False``), a remote runner uploads it (``files=True``).
+No timing happens while the workers compile.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+
+COMPILE_TIMEOUT_S = 300.0  # one kernel's compile; beyond it the compiler is taken as hung
+
+
+def compile_func(func, target):
+    """One PrimFunc as a runtime module, in this process."""
+    import tvm
+    func = func.with_attr("global_symbol", "main")
+    return tvm.compile(tvm.IRModule({"main": func}), target=target).mod
+
+
+def export(mod, path: str, cc: str | None = None) -> str:
+    """Link a compiled module into a shared library (with cross compiler ``cc``)."""
+    if cc:
+        from tvm.support import cc as tcc
+        mod.export_library(path, fcompile=tcc.cross_compiler(cc))
+    else:
+        mod.export_library(path)
+    return path
+
+
+class _Dead(Exception):
+    """The compiler process exited."""
+
+
+class _Worker:
+    """One compiler process (``measure.compile_worker``) and its line protocol."""
+    COMMAND = ("-m", "graphselect.measure.compile_worker")     # after the interpreter
+
+    def __init__(self):
+        import subprocess
+        import sys
+        self.proc = subprocess.Popen([sys.executable, *self.COMMAND],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, bufsize=1, env={**os.environ, "TVM_NUM_THREADS": "1"})
+
+    def request(self, func_path: str, target: dict, out: str, timeout: float, cc: str | None = None) -> str:
+        import json
+        import select
+        from .compile_worker import MARK
+        try:
+            self.proc.stdin.write(json.dumps({"func": func_path, "target": target, "out": out, "cc": cc}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:                  # the process is gone (broken pipe)
+            raise _Dead() from None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FutureTimeout()
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not ready:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                raise _Dead()
+            if line.startswith(MARK):
+                answer = json.loads(line[len(MARK):])
+                if "error" in answer:
+                    raise RuntimeError(answer["error"])
+                return answer["ok"]
+
+    def close(self):
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _plain(v):
+    """A TVM Map/Array (a target's export) as JSON-able Python."""
+    if hasattr(v, "items"):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    try:
+        return [_plain(x) for x in v]
+    except TypeError:
+        return str(v)
+
+
+class Builder:
+    """Compiles PrimFuncs: in ``workers`` compiler processes when more than one (each to a shared
+    library), else in this process. ``files``: return library files (kept until ``close``), not
+    loaded modules; ``cc``: the C compiler that links them (a cross compiler)."""
+
+    def __init__(self, target, workers: int = 1, *, cc: str | None = None, files: bool = False):
+        self.target = target
+        self.workers = workers if target is not None else 1
+        self.cc = cc
+        self.files = files
+        self._free = None
+        self._all: list[_Worker] = []
+        self._dir = None
+        self._n = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        for w in self._all:
+            w.close()
+        self._all = []
+        self._free = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def _path(self) -> str:
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="graphselect-build-")
+        self._n += 1
+        return os.path.join(self._dir.name, f"k{self._n}")
+
+    def _start(self):
+        import queue
+        if self._free is None:
+            self._free = queue.Queue()
+            for _ in range(self.workers):
+                w = _Worker()
+                self._all.append(w)
+                self._free.put(w)
+
+    def _one(self, func, target: dict, base: str):
+        import tvm
+        with open(base + ".json", "w") as f:
+            f.write(tvm.ir.save_json(func))
+        for attempt in range(2):          # a process that died is replaced and the kernel tried once more
+            w = self._free.get()
+            if w.proc.poll() is not None:   # found dead before use: replace it, no attempt spent
+                w = self._replace(w)
+            try:
+                path = w.request(base + ".json", target, base + ".so", COMPILE_TIMEOUT_S, self.cc)
+                self._free.put(w)
+                return path if self.files else tvm.runtime.load_module(path)
+            except (FutureTimeout, _Dead) as e:
+                self._free.put(self._replace(w))      # hung or dead: a fresh process takes its place
+                if isinstance(e, FutureTimeout):
+                    return RuntimeError(f"the compiler did not finish within {COMPILE_TIMEOUT_S:.0f} s")
+            except RuntimeError as e:
+                self._free.put(w)
+                return e
+        return RuntimeError("the compiler process crashed (twice)")
+
+    def _replace(self, w: _Worker) -> _Worker:
+        w.close()
+        fresh = _Worker()
+        self._all.append(fresh)
+        return fresh
+
+    def _here(self, func):
+        try:
+            mod = compile_func(func, self.target)
+            return export(mod, self._path() + ".so", self.cc) if self.files else mod
+        except Exception as e:  # noqa: BLE001 - a failing compile is a value
+            return e
+
+    def compile_all(self, funcs: list) -> list:
+        """Per PrimFunc (in order): a runtime module (a library file with ``files``) or the exception."""
+        if self.workers <= 1:
+            return [self._here(f) for f in funcs]
+        from concurrent.futures import ThreadPoolExecutor
+        self._start()
+        target = _plain(self.target.export())
+        bases = [self._path() for _ in funcs]
+        with ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(lambda fb: self._one(fb[0], target, fb[1]), zip(funcs, bases)))

@@ -1,0 +1,105 @@
+"""What a measurement is made of, shared by the builder, the runners and the plan: a job (the
+kernels of one candidate on one workload), its numerical check, the timing protocol, and the
+artifact the builder hands a runner."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Check:
+    """Real inputs for a single-kernel job and the output it must produce."""
+    inputs: list                   # numpy arrays, one per kernel parameter but the output
+    expected: np.ndarray           # in the kernel's output layout
+    tolerance: float               # max relative error (to the output's scale) before rejection
+
+
+@dataclass(frozen=True)
+class Job:
+    workload: str
+    candidate: str
+    build: Callable[[], list]      # -> the scheduled PrimFuncs whose times add up to this job's cost
+    check: Callable[[], Check] | None = None
+    version: str = ""              # the version of the code build() runs (part of the record key)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.workload, self.candidate)
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    rounds: int = 3
+    cold_repeat: int = 20          # per round; number=1 each
+    warm_number: int = 10
+    warm_repeat: int = 2           # per round
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A built job, as the builder hands it to a runner."""
+    job: Job
+    funcs: list                    # the PrimFuncs (their parameters give the arguments' shapes)
+    compiled: list                 # per func: a loaded runtime module, or a library file (remote runners)
+    build_s: float
+    check: Check | None
+
+
+class NumericalError(Exception):
+    """A kernel ran but its result is too far from the reference: a deterministic rejection."""
+
+    def __init__(self, rel_err: float, tolerance: float):
+        super().__init__(f"numerical error {rel_err:.2e} exceeds the tolerance {tolerance:.0e}")
+        self.rel_err = rel_err
+
+
+def arg_arrays(func, rng) -> list[np.ndarray]:
+    """Random host arrays for every parameter of a PrimFunc (TVM 0.27: parameters carry their
+    buffer type)."""
+    out = []
+    for p in func.params:
+        buf = p.ty
+        out.append(rng.standard_normal([int(s) for s in buf.shape]).astype(str(buf.dtype)))
+    return out
+
+
+def kernel_args(a: Artifact, i: int, dev, rng) -> list:
+    """The device tensors kernel ``i`` of ``a`` runs on: the check's inputs when it has one."""
+    import tvm
+    host = arg_arrays(a.funcs[i], rng)
+    if a.check is not None:
+        host = [np.ascontiguousarray(x) for x in a.check.inputs] + [host[-1]]
+    return [tvm.runtime.tensor(x, dev) for x in host]
+
+
+def check_output(a: Artifact, out) -> float | None:
+    """The max relative error of a checked kernel's output (a device tensor); NumericalError past
+    the check's tolerance. None for jobs without a check."""
+    chk = a.check
+    if chk is None:
+        return None
+    got = out.numpy()
+    rel = float(np.abs(got - chk.expected).max() / max(float(np.abs(chk.expected).max()), 1e-30))
+    if not rel <= chk.tolerance:
+        raise NumericalError(rel, chk.tolerance)
+    return rel
+
+
+def sample(kernels, dev, timing: TimingConfig) -> tuple[float, float]:
+    """One round of the protocol over a job's kernels, (module, args) each: (cold, warm) ms.
+    Cold flushes every argument but the first (the input) from the cache before each run."""
+    c = w = 0.0
+    for mod, args in kernels:
+        fc = mod.time_evaluator("main", dev, number=1, repeat=timing.cold_repeat,
+                                f_preproc="cache_flush_cpu_non_first_arg")
+        fw = mod.time_evaluator("main", dev, number=timing.warm_number, repeat=timing.warm_repeat)
+        c += float(np.median(fc(*args).results))
+        w += float(np.median(fw(*args).results))
+    return c * 1e3, w * 1e3
+
+
+def suspicious_warm(cold: float, warm: float) -> bool:
+    return warm > 1.25 * cold + 2e-3

@@ -1,0 +1,101 @@
+"""Measure jobs: the record store first, then the builder (``measure.builder``) and a runner
+(``measure.local`` on this machine, ``measure.rpc`` on devices behind a TVM RPC tracker), in
+batches. Every record is written as it arrives, so an interrupted run keeps what it measured."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Callable
+
+from .builder import Builder
+from .jobs import Artifact, Job, NumericalError, TimingConfig
+from .local import LocalRunner, LoadProbe, stale
+from .store import Context, Measurement, RecordStore
+
+log = logging.getLogger(__name__)
+
+
+def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing: TimingConfig = TimingConfig(),
+            progress: Callable[[int, int, str], None] | None = None, batch: int = 48, workers: int = 1,
+            probe: LoadProbe | None = None, retime: bool = True, runner=None,
+            cc: str | None = None) -> dict[tuple[str, str], Measurement]:
+    """Measure ``jobs`` not already in ``store``; return a Measurement per (workload, candidate).
+
+    ``runner``: where kernels run (default: a :class:`~measure.local.LocalRunner` guarded by
+    ``probe``, a :class:`~measure.local.LoadProbe`); ``cc``: the C compiler that links the
+    kernels (a cross compiler for another architecture). ``retime`` re-times stored records that
+    :func:`~measure.local.stale` rejects (needs the probe's quiet time)."""
+    runner = runner if runner is not None else LocalRunner(probe)
+    probe = getattr(runner, "probe", None)
+    out: dict[tuple[str, str], Measurement] = {}
+    todo = []
+    seen = set()
+    quiet = probe.quiet_ms if probe is not None and math.isfinite(probe.quiet_ms) else None
+    for j in jobs:
+        key = (j.workload, j.candidate)
+        if key in seen:        # layers sharing a workload share its measurements
+            continue
+        seen.add(key)
+        rec = store.get(ctx, *key, j.version)
+        if rec is not None and not (retime and stale(rec, quiet)):
+            out[key] = rec
+        else:
+            todo.append(j)
+    total = len(seen)
+    done = total - len(todo)
+    if progress:
+        progress(done, total, f"{done} reused from the record store")
+
+    def finish(j: Job, m: Measurement, what: str, keep: bool) -> None:
+        nonlocal done
+        if keep:
+            store.put(ctx, m)
+        out[j.key] = m
+        done += 1
+        if progress:
+            progress(done, total, what)
+
+    with Builder(target, workers, cc=cc, files=runner.files) as builder:
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            t0 = time.perf_counter()
+            funcs, made = [], []
+            for j in chunk:   # PrimFuncs here, compiled together below (in parallel)
+                try:
+                    fs = j.build()
+                    chk = j.check() if j.check is not None else None
+                    made.append((j, fs, chk, None))
+                    funcs.extend(fs)
+                except Exception as e:  # noqa: BLE001
+                    made.append((j, None, None, e))
+            compiled = builder.compile_all(funcs)
+            share = (time.perf_counter() - t0) / max(1, len(chunk))
+            arts, k = [], 0
+            for j, fs, chk, err in made:
+                if err is not None:
+                    finish(j, _failed(j, err, share), f"{j.candidate} failed", False)
+                    continue
+                arts.append(Artifact(j, fs, compiled[k:k + len(fs)], share, chk))
+                k += len(fs)
+            if progress and arts:
+                progress(done, total, f"built {len(arts)} kernels, timing them")
+            for a, res in runner.run(arts, timing):
+                j = a.job
+                if isinstance(res, Measurement):
+                    finish(j, res, f"timed {j.candidate}" + (f" ({res.flag})" if res.flag else ""), True)
+                elif isinstance(res, NumericalError):
+                    # deterministic for these weights: stored, so later runs do not rebuild it
+                    log.info("candidate %s on %s rejected: %s", j.candidate, j.workload, res)
+                    finish(j, Measurement(j.workload, j.candidate, math.inf, math.inf, str(res), share,
+                                          res.rel_err, j.version), f"{j.candidate} rejected", True)
+                else:
+                    # build and run failures are not stored: the next run (maybe with a fixed TVM) tries again
+                    finish(j, _failed(j, res, share), f"{j.candidate} failed", False)
+    return out
+
+
+def _failed(j: Job, e: BaseException, build_s: float) -> Measurement:
+    msg = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+    log.info("candidate %s on %s failed: %s", j.candidate, j.workload, msg)
+    return Measurement(j.workload, j.candidate, math.inf, math.inf, msg, build_s, version=j.version)
