@@ -80,10 +80,22 @@ def vector_isa(arch: str, mcpu: str, mattr=()) -> VectorIsa:
     if arch not in ("x86_64", "i686", "i386"):
         return VectorIsa(4, 16)
     if any(a.startswith("avx512") for a in attrs) or mcpu.startswith(_AVX512_CPUS):
-        return VectorIsa(16, 32)
+        return AVX512
     if "avx2" in attrs or mcpu.startswith(_AVX2_CPUS):
         return VectorIsa(8, 16)
     return VectorIsa(4, 16)
+
+
+def isa_of(target) -> VectorIsa:
+    """The SIMD unit of a ``tvm.target.Target`` (llvm), from its triple, CPU and -mattr."""
+    attrs = target.attrs
+    triple = str(attrs["mtriple"]) if "mtriple" in attrs else host_triple()
+    mcpu = str(attrs["mcpu"]) if "mcpu" in attrs else host_cpu()
+    mattr = tuple(str(a) for a in attrs["mattr"]) if "mattr" in attrs else ()
+    return vector_isa(triple.split("-", 1)[0], mcpu, mattr)
+
+
+AVX512 = VectorIsa(16, 32)       # what the grids assume when no target is given
 
 
 @lru_cache(maxsize=None)

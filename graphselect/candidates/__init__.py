@@ -11,9 +11,12 @@ from .base import Candidate
 FAMILIES = {m.FAMILY: m for m in (direct, nchwc, depthwise, winograd, sparse_csr)}
 
 
-def propose(spec: ConvSpec, families=None, weight=None) -> list[Candidate]:
+def propose(spec: ConvSpec, families=None, weight=None, isa=None) -> list[Candidate]:
     """Every candidate of every enabled family for one conv layer (families that exploit the
-    weights' values, like ``sparse_csr``, need ``weight``)."""
+    weights' values, like ``sparse_csr``, need ``weight``), on grids that follow the target's
+    vector unit ``isa`` (a ``target.VectorIsa``; default AVX-512's)."""
+    from ..target import AVX512
+    isa = isa or AVX512
     unknown = set(families or ()) - set(FAMILIES)
     if unknown:
         from ..errors import GraphSelectError
@@ -21,7 +24,7 @@ def propose(spec: ConvSpec, families=None, weight=None) -> list[Candidate]:
                                f"{', '.join(sorted(unknown))}; known: {', '.join(FAMILIES)}")
     out = []
     for name in families or FAMILIES:
-        out.extend(FAMILIES[name].propose(spec, weight))
+        out.extend(FAMILIES[name].propose(spec, weight, isa))
     return out
 
 

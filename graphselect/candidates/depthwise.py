@@ -21,28 +21,31 @@ import numpy as np
 
 from ..graph import layouts
 from ..graph.layers import ConvSpec
+from ..target import AVX512
 from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate
 
 FAMILY = "depthwise"
-BLOCKS = (8, 16, 32, 64)
-_ACC = 14            # vector registers a register tile of accumulators may take (of 32)
+_ACC = 14 / 32       # share of the vector registers a register tile of accumulators may take
 _PAD_ROWS = 65536    # bytes of padded rows one NCHW task copies (a 112x112 plane: one task)
 
 
-def _blocks(ch: int) -> list[int]:
-    bs = [b for b in BLOCKS if ch % b == 0]
+def _blocks(ch: int, isa=AVX512) -> list[int]:
+    """Channel blocks of half to four vector registers (AVX-512: 8 to 64; NEON: 4 to 16)."""
+    bs = [b for b in (isa.lanes // 2, isa.lanes, 2 * isa.lanes, 4 * isa.lanes) if b >= 4 and ch % b == 0]
     if len(bs) > 2:
-        bs = bs[1:]       # 8 never beats 16 on AVX-512 (the 1x1 neighbours' nchwc drops it too)
+        bs = bs[1:]       # half a register never beats one on AVX-512 (the 1x1 neighbours' nchwc drops it too)
     if not bs:            # e.g. ShuffleNet's 58/116 channels: the block nchwc picks for them
-        bs = [max(divisors_in(ch, 1, 16))]
+        bs = [max(divisors_in(ch, 1, max(16, isa.lanes)))]
     return bs
 
 
-def _reg_ns(ow: int, b: int) -> list[int]:
-    """Output columns per register tile: reg_n x ceil(b/16) accumulators within _ACC registers."""
-    ds = divisors_in(ow, 1, max(1, _ACC * 16 // max(b, 16)))
+def _reg_ns(ow: int, b: int, isa=AVX512) -> list[int]:
+    """Output columns per register tile: reg_n x ceil(b/lanes) accumulators within _ACC of the
+    registers (AVX-512: 14 of 32)."""
+    acc = int(_ACC * isa.registers)
+    ds = divisors_in(ow, 1, max(1, acc * isa.lanes // max(b, isa.lanes)))
     picks = [ds[-1]]
-    if b <= 16 and len(ds) > 1 and ds[-2] >= 4:
+    if b <= isa.lanes and len(ds) > 1 and ds[-2] >= 4:
         picks.insert(0, ds[-2])
     return picks
 
@@ -70,7 +73,7 @@ def _pad_rows_bytes(spec: ConvSpec, task_rows: int) -> int:
     return 4 * ((task_rows - 1) * sh + spec.kernel[0]) * sw * wq
 
 
-def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
+def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:
     if not spec.depthwise or spec.dilated:      # dilated depthwise: ``direct`` takes it
         return []
     c, (kh, kw) = spec.in_channels, spec.kernel
@@ -79,8 +82,8 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
     out = [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
                           weight_elems=welems, workspace_bytes=_pad_rows_bytes(spec, task_rows),
                           vec=_vec(spec.out_w), rows=rows, task_rows=task_rows)]
-    for b in _blocks(c):
-        for rn in _reg_ns(spec.out_w, b):
+    for b in _blocks(c, isa):
+        for rn in _reg_ns(spec.out_w, b, isa):
             out.append(make_candidate(FAMILY, spec, in_layout=layouts.blocked(b), out_layout=layouts.blocked(b),
                                       weight_layout=f"OHW{b}o", weight_elems=welems, bn=b, reg_n=rn))
     return out

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..graph import layouts
 from ..graph.layers import ConvSpec
+from ..target import AVX512
 from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate, schedule_tail
 
 FAMILY = "direct"
@@ -22,7 +23,7 @@ def _vec(ow: int) -> int:
     return ds[-1] if ds else (ow if ow <= 32 else max(divisors_in(ow, 1, 16)))
 
 
-def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
+def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:
     if (spec.depthwise and not spec.dilated) or spec.in_channels % spec.groups or spec.out_channels % spec.groups:
         return []
     og = spec.out_channels // spec.groups
@@ -32,16 +33,22 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]
     if spec.kernel == (1, 1) and spec.groups == 1:
         # 1x1: wide output-channel tiles (up to 29 accumulators) so each input row loaded feeds
         # many FMAs (232->232 at 14x14: tile 8 0.073 ms, tile 29 0.059; 672->112: 0.112 -> 0.082)
-        tiles += divisors_in(og, 9, 29 // -(-_vec(spec.out_w) // 16))[-2:]
+        tiles += divisors_in(og, 9, _accumulators(isa) // -(-_vec(spec.out_w) // isa.lanes))[-2:]
     welems = spec.out_channels * (spec.in_channels // spec.groups) * spec.kernel[0] * spec.kernel[1]
     out = [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
                           weight_elems=welems, workspace_bytes=spec.padded_input_bytes, oc_tile=t, vec=_vec(spec.out_w))
            for t in tiles]
     return out + [make_candidate(FAMILY, spec, in_layout=layouts.NCHW, out_layout=layouts.NCHW, weight_layout="OIHW",
-                                 weight_elems=welems, oc_tile=t, vec=v, flat=1) for t, v in _flat_tiles(spec, og)]
+                                 weight_elems=welems, oc_tile=t, vec=v, flat=1) for t, v in _flat_tiles(spec, og, isa)]
 
 
-def _flat_tiles(spec: ConvSpec, og: int) -> list[tuple[int, int]]:
+def _accumulators(isa) -> int:
+    """Vector accumulators a register tile may take: all registers but the input vector, a
+    broadcast weight and one spare (AVX-512: 29 of 32)."""
+    return isa.registers - 3
+
+
+def _flat_tiles(spec: ConvSpec, og: int, isa=AVX512) -> list[tuple[int, int]]:
     """A 1x1 stride-1 conv is a matrix product over the flattened output pixels: full 16-float
     vectors along them (a row of 14 or 7 pixels is not a vector) and output-channel tiles that
     need not be powers of two (ShuffleNet's 58, 116 and 232 channels: 29 accumulators), so every
@@ -52,8 +59,8 @@ def _flat_tiles(spec: ConvSpec, og: int) -> list[tuple[int, int]]:
     vec = next((v for v in (16, 8) if pixels % v == 0), None)   # 14x14, 7x7: a row vector is faster
     if vec is None:
         return []
-    # up to 29 accumulators: with the input vector and a broadcast weight, 31 of the 32 registers
-    return [(t, vec) for t in divisors_in(og, 4, 29)[-2:]]
+    # up to 29 accumulators on AVX-512: with the input vector and a broadcast weight, 31 of the 32 registers
+    return [(t, vec) for t in divisors_in(og, 4, _accumulators(isa) // -(-vec // isa.lanes))[-2:]]
 
 
 def compute(spec: ConvSpec):

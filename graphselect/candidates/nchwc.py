@@ -11,40 +11,41 @@ import numpy as np
 
 from ..graph import layouts
 from ..graph.layers import ConvSpec
+from ..target import AVX512
 from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate, schedule_tail
 
 FAMILY = "nchwc"
-BLOCKS = (8, 16, 32)
 
 
-def _blocks(ch: int) -> list[int]:
-    bs = [b for b in BLOCKS if ch % b == 0]
+def _blocks(ch: int, isa=AVX512) -> list[int]:
+    """Channel blocks of half, one and two vector registers (AVX-512: 8, 16, 32; NEON: 4, 8)."""
+    bs = [b for b in (isa.lanes // 2, isa.lanes, 2 * isa.lanes) if b >= 4 and ch % b == 0]
     if len(bs) > 2:
-        bs = bs[1:]       # 16 and 32: 8 never won on AVX-512 and doubles the candidates
+        bs = bs[1:]       # one and two registers: half a register never won on AVX-512 and doubles the candidates
     if not bs:            # e.g. 3 input channels: one block holds them all
-        bs = [max(divisors_in(ch, 1, 16))]
+        bs = [max(divisors_in(ch, 1, max(16, isa.lanes)))]
     return bs
 
 
-def _reg_ns(ow: int, oc_bn: int) -> list[int]:
-    # accumulators: reg_n vectors of oc_bn floats must fit the 32 vector registers with room to spare
-    budget = max(4, 16 * 16 // max(oc_bn, 16))
+def _reg_ns(ow: int, oc_bn: int, isa=AVX512) -> list[int]:
+    # accumulators: reg_n vectors of oc_bn floats must fit half the vector registers (AVX-512: 16 of 32)
+    budget = max(4, isa.registers // 2 * isa.lanes // max(oc_bn, isa.lanes))
     ds = divisors_in(ow, 4, budget)
     if not ds:
         ds = [max(divisors_in(ow, 1, budget))]
     return ds[-2:]
 
 
-def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
+def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:
     g = spec.groups
     if spec.depthwise or spec.in_channels % g or spec.out_channels % g:
         return []
     out = []
     ig, og = spec.in_channels // g, spec.out_channels // g
     kelems = spec.out_channels * ig * spec.kernel[0] * spec.kernel[1]
-    for ib in _blocks(ig):
-        for ob in _blocks(og):
-            for rn in _reg_ns(spec.out_w, ob):
+    for ib in _blocks(ig, isa):
+        for ob in _blocks(og, isa):
+            for rn in _reg_ns(spec.out_w, ob, isa):
                 out.append(make_candidate(
                     FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
                     weight_layout=f"OIHW{ib}i{ob}o", weight_elems=kelems,

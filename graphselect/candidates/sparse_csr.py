@@ -92,7 +92,7 @@ def applies(spec: ConvSpec) -> bool:
     return spec.groups == 1 and spec.stride[0] == spec.stride[1] and spec.stride[0] in (1, 2) and not spec.dilated
 
 
-def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
+def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=None) -> list[Candidate]:
     if weight is None or not applies(spec):
         return []
     nnz = int(np.count_nonzero(weight))

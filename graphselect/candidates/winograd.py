@@ -43,7 +43,7 @@ def _blocks(ch: int) -> list[int]:
     return [b for b in (16, 32) if ch % b == 0]
 
 
-def propose(spec: ConvSpec, weight: np.ndarray | None = None) -> list[Candidate]:
+def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=None) -> list[Candidate]:
     if not applies(spec) or spec.out_channels % 16 or spec.in_channels % 8:
         return []
     out = []

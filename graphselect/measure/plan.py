@@ -17,6 +17,7 @@ from .. import candidates as cand_mod
 from .. import codegen
 from ..graph import layouts
 from ..graph.layers import Layer, LayerGraph, _is_const, _shape, input_layer
+from ..target import isa_of
 from .jobs import Check, Job
 
 
@@ -88,6 +89,7 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
             var_of[l.name] = bindings[l.binding].var
     module = lg.extra.get("module")
     ops_version = codegen.code_version()
+    isa = isa_of(target)               # the candidate grids follow the target's vector unit
 
     jobs: list[Job] = []
     tables: list[LayerTable] = []
@@ -104,7 +106,7 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
         opts, objs = [], []
         if layer.kind == "conv":
             spec = layer.conv
-            for c in cand_mod.propose(spec, families, layer.weight):
+            for c in cand_mod.propose(spec, families, layer.weight, isa):
                 fam = cand_mod.family(c)
                 jobs.append(Job(spec.key, c.key,
                                 (lambda fam=fam, c=c, s=spec: [fam.build(c, s, target, "main")]),
