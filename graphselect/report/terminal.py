@@ -173,7 +173,12 @@ def summary_table(report: dict, *, width: int = 120) -> str:
     title = (f"{_s(report.get('model'))}  input{'s' if len(ins) > 1 else ''} {shape}  target {_s(report.get('target'))}  "
              f"threads {_s(report.get('threads'))}")
     rows = _conv_rows(report)
-    lines = [_cut(title, width), ""]
+    lines = [_cut(title, width)]
+    runner = report.get("runner") or {}
+    if runner.get("kind") == "rpc":
+        lines.append(_cut(f"device {_s(report.get('cpu'))}  via the RPC tracker {_s(runner.get('tracker'))}, key "
+                          f"{_s(runner.get('key'))}", width))
+    lines.append("")
     if rows:
         lines += columns(["layer", "shape", "chosen", "cold", "in net", "cost", "fastest"], rows,
                          width=width, right={3, 4, 5}, shrink={0, 1, 2, 6})

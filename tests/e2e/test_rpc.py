@@ -1,0 +1,110 @@
+"""Measuring through TVM's RPC tracker: a tracker and two servers on loopback, as a user runs them."""
+import json
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import graphselect
+import models
+from graphselect.errors import GraphSelectError
+from graphselect.measure import rpc
+from graphselect.measure.jobs import TimingConfig
+from graphselect.measure.store import RecordStore
+from tests.rpc_servers import Cluster
+
+QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(str(tmp_path))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _device_records(store_path, report):
+    st = RecordStore(store_path)
+    try:
+        return [r for r in st.records() if r["cpu"] == report["cpu"]]
+    finally:
+        st.close()
+
+
+def test_optimize_on_two_servers_matches_onnxruntime_and_files_records_by_device(cluster, tmp_path):
+    cluster.server("cpu")
+    cluster.server("cpu")
+    assert rpc.servers(rpc.parse_tracker(cluster.address, "cpu")) == 2
+    store = tmp_path / "records.sqlite"
+    r = graphselect.optimize(models.build("tiny"), cache=store, rpc_tracker=cluster.address, rpc_key="cpu",
+                             rpc_sessions=2, benchmark_runs=5, timing=QUICK)
+    rep = r.report
+    assert rep["runner"] == {"kind": "rpc", "tracker": cluster.address, "key": "cpu", "sessions": 2}
+    assert rep["max_rel_err"] <= 1e-4           # verified on the device against onnxruntime here
+    assert rep["measured_e2e_ms"] > 0 and rep["onnxruntime_ms"] is None
+    # records are filed under what the server reported (its CPU, triple and thread count)
+    assert rep["cpu"].endswith("rpc)") and rep["threads"] == 1
+    recs = _device_records(store, rep)
+    assert len(recs) == rep["records"]["jobs"] - rep["records"]["reused"] > 0
+    assert all(x["threads"] == 1 for x in recs)
+    # the exported library is the device's; a second run reuses every record
+    paths = r.export(tmp_path / "out")
+    assert paths["library"].stat().st_size > 0
+    r2 = graphselect.optimize(models.build("tiny"), cache=store, rpc_tracker=cluster.address, rpc_key="cpu",
+                              benchmark_runs=0, timing=QUICK)
+    assert r2.report["records"]["reused"] == r2.report["records"]["jobs"]
+    x = np.random.default_rng(0).standard_normal(r.input_shape).astype("float32")
+    assert np.allclose(r.run(x), r2.run(x), atol=1e-5)      # same device arch as here: runs here too
+
+
+def test_a_server_that_dies_mid_measure_loses_nothing(cluster, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="graphselect.measure.rpc")
+    cluster.server("cpu")
+    doomed = cluster.server("cpu")
+    killed = []
+
+    def progress(stage, done, total, msg):
+        if stage == "measure" and done >= 8 and not killed:
+            cluster.kill(doomed)          # the server and the session it is serving
+            killed.append(done)
+
+    store = tmp_path / "records.sqlite"
+    r = graphselect.optimize(models.build("tiny"), cache=store, rpc_tracker=cluster.address, rpc_key="cpu",
+                             rpc_sessions=2, benchmark_runs=0, timing=QUICK, progress=progress)
+    assert killed and killed[0] < r.report["records"]["jobs"]
+    assert "died" in caplog.text and "its work goes to another" in caplog.text   # the retry path ran
+    assert r.report["max_rel_err"] <= 1e-4
+    recs = _device_records(store, r.report)
+    assert len(recs) == r.report["records"]["jobs"]                 # every job measured and kept
+    assert all(x["error"] is None for x in recs)
+    assert rpc.servers(rpc.parse_tracker(cluster.address, "cpu")) == 1
+
+
+def test_unreachable_tracker_and_empty_key_are_clear_errors(cluster):
+    from tests.rpc_servers import free_port
+    with pytest.raises(GraphSelectError, match="cannot reach the RPC tracker"):
+        graphselect.optimize(models.build("tiny"), cache=None, rpc_tracker=f"127.0.0.1:{free_port()}",
+                             rpc_key="cpu")
+    with pytest.raises(GraphSelectError, match="no RPC server is registered under key 'nobody'"):
+        graphselect.optimize(models.build("tiny"), cache=None, rpc_tracker=cluster.address, rpc_key="nobody")
+    with pytest.raises(GraphSelectError, match="HOST:PORT"):
+        graphselect.optimize(models.build("tiny"), cache=None, rpc_tracker="localhost", rpc_key="cpu")
+    with pytest.raises(GraphSelectError, match="needs --rpc-key"):
+        graphselect.optimize(models.build("tiny"), cache=None, rpc_tracker=cluster.address)
+
+
+def test_cli_optimize_over_rpc(cluster, tmp_path):
+    cluster.server("cpu")
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "graphselect.cli", "optimize", "tiny", "--rpc-tracker",
+                        cluster.address, "--rpc-key", "cpu", "--runs", "3", "-o", str(out),
+                        "--cache", str(tmp_path / "records.sqlite")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["runner"]["kind"] == "rpc" and rep["max_rel_err"] <= 1e-4
+    assert "rpc" in p.stdout          # the summary names the device
