@@ -1,0 +1,100 @@
+"""Measurement wall time with the local runner and with 1 and 2 RPC servers, and the selection
+each gives.
+
+Usage: python bench/rpc_scale.py [MODEL] [--servers 0,1,2] [--runs 30]
+
+Every configuration starts from an empty record store (its own folder), so all of its
+candidates are measured. Local: this process times kernels with one TVM thread. RPC: a tracker
+on loopback and N servers, each pinned to one core (``taskset -c i``) with one TVM thread, the
+measurement spread over N sessions. The builder (2 compiler processes) is the same in all. Per
+configuration: the measure stage's wall time, the number of jobs, the predicted cost of the
+chosen assignment, and its end-to-end time where it ran (the local one here with one thread,
+the RPC ones on a server, through the device's own timer). Nothing else may run meanwhile.
+Results: printed and saved under bench/results/rpc-scale-STAMP.{md,json} with the CPU's name.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+
+def lscpu() -> str:
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    return next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
+
+
+def one(model, servers: int, runs: int, workdir: Path) -> dict:
+    import graphselect
+    import models
+    from tests.rpc_servers import Cluster
+    store = workdir / f"store-{servers}" / "records.sqlite"
+    kw = {}
+    cluster = None
+    if servers:
+        cluster = Cluster(str(workdir))
+        for i in range(servers):
+            cpus = os.sched_getaffinity(0)
+            core = sorted(cpus)[i % len(cpus)]
+            cluster.server("bench", python=("taskset", "-c", str(core), sys.executable), threads=1)
+        kw = dict(rpc_tracker=cluster.address, rpc_key="bench", rpc_sessions=servers)
+    else:
+        kw = dict(threads=1)
+    try:
+        t0 = time.perf_counter()
+        r = graphselect.optimize(models.build(model), cache=store, benchmark_runs=runs, max_rounds=0, **kw)
+        total = time.perf_counter() - t0
+    finally:
+        if cluster is not None:
+            cluster.close()
+    rep = r.report
+    return {"servers": servers, "runner": rep["runner"]["kind"], "jobs": rep["records"]["jobs"],
+            "measure_s": rep["stage_seconds"]["measure"], "total_s": round(total, 1),
+            "predicted_ms": rep["solver"]["predicted_ms"], "measured_ms": rep["measured_e2e_ms"],
+            "assignment": r.assignment}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", nargs="?", default="resnet18")
+    ap.add_argument("--servers", default="0,1,2")
+    ap.add_argument("--runs", type=int, default=30)
+    a = ap.parse_args(argv)
+    if "TVM_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = "1"      # the local runner: one thread, as each server
+    from results_io import save
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="graphselect-rpc-scale-"))
+    try:
+        for n in (int(x) for x in a.servers.split(",")):
+            print(f"--- {'local runner' if n == 0 else f'{n} RPC server(s)'}", flush=True)
+            rows.append(one(a.model, n, a.runs, work))
+            print({k: v for k, v in rows[-1].items() if k != "assignment"}, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    base = rows[0]
+    same = {r["servers"]: sum(r["assignment"][k] == base["assignment"][k] for k in base["assignment"])
+            for r in rows}
+    md = [f"# Measurement wall time: local runner and RPC servers ({a.model})", "",
+          f"CPU: {lscpu()}, {os.cpu_count()} vCPUs; one TVM thread per runner; fresh record store each; "
+          f"builder: 2 compiler processes.", "",
+          "| runner | jobs | measure s | speed-up | predicted ms | end to end ms | layers as the first row |",
+          "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        name = "local" if r["servers"] == 0 else f"rpc x{r['servers']}"
+        md.append(f"| {name} | {r['jobs']} | {r['measure_s']:.1f} | {base['measure_s'] / r['measure_s']:.2f} | "
+                  f"{r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | {same[r['servers']]}/{len(base['assignment'])} |")
+    save(f"rpc-scale-{a.model}", "\n".join(md) + "\n", {"cpu": lscpu(), "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
