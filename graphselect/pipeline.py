@@ -117,9 +117,17 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
 
 
 def _device_target(target, device):
-    """``llvm`` with no CPU or triple means the device's own CPU and triple."""
-    if isinstance(target, str) and target.strip() == "llvm":
+    """``llvm`` with no CPU or triple means the device's own CPU and triple; a triple of the
+    device's architecture with no CPU, the device's CPU."""
+    if not isinstance(target, str):
+        return target
+    parts = target.split()
+    if parts == ["llvm"]:
         return f"llvm -mcpu={device.cpu} -mtriple={device.triple}"
+    triple = next((p.split("=", 1)[1] for p in parts if p.startswith("-mtriple=")), None)
+    if (parts and parts[0] == "llvm" and triple and not any(p.startswith("-mcpu=") for p in parts)
+            and triple.split("-", 1)[0] == device.triple.split("-", 1)[0] and device.cpu != "generic"):
+        return f"{target} -mcpu={device.cpu}"
     return target
 
 

@@ -19,6 +19,7 @@ tensors fails, apache/tvm#18108) and timed by the device's own ``time_evaluator`
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue
@@ -147,7 +148,7 @@ class RpcRunner:
     def __init__(self, cfg: RpcConfig):
         self.cfg = cfg
         self.prefix = uuid.uuid4().hex[:8]
-        self.retried = 0       # artifacts given back by a dying session (for the report and tests)
+        self._names = itertools.count()   # every upload its own file: dlopen caches a library by path
 
     def run(self, artifacts: list[Artifact], timing: TimingConfig) -> Iterator[tuple[Artifact, object]]:
         """(artifact, Measurement or the exception that stopped it), as each is done."""
@@ -202,7 +203,6 @@ class RpcRunner:
                 if deaths >= DEATHS:
                     results.put((a, RuntimeError(f"the device's session died twice running it: {e}")))
                 else:
-                    self.retried += 1
                     todo.put((a, deaths))
                 log.info("an RPC session under %r died (%s); its work goes to another", self.cfg.key, e)
                 return
@@ -218,7 +218,7 @@ class RpcRunner:
             for i, path in enumerate(a.compiled):
                 if isinstance(path, Exception):
                     raise path
-                name = f"gs{self.prefix}_{os.getpid()}_{id(a)}_{i}.so"
+                name = f"gs{self.prefix}_{next(self._names)}.so"
                 sess.upload(path, name)
                 mod = sess.load_module(name)
                 args = kernel_args(a, i, dev, rng)

@@ -25,6 +25,12 @@ QUICK = TimingConfig(rounds=1, cold_repeat=2, warm_number=1, warm_repeat=1)
 
 
 @pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One record store for the module: the CLI test finds what the API test measured."""
+    return tmp_path_factory.mktemp("aarch64-records") / "records.sqlite"
+
+
+@pytest.fixture(scope="module")
 def aarch64(tmp_path_factory):
     if not PYTHON.exists():
         why = f"no aarch64 Python at {PYTHON}: run bash .ci/aarch64_env.sh"
@@ -45,8 +51,7 @@ def elf_machine(path) -> int:
     return int.from_bytes(head[18:20], "little")
 
 
-def test_aarch64_optimize_under_qemu_matches_onnxruntime(aarch64, tmp_path):
-    store = tmp_path / "records.sqlite"
+def test_aarch64_optimize_under_qemu_matches_onnxruntime(aarch64, store, tmp_path):
     r = graphselect.optimize(models.build("tiny"), target=TARGET, rpc_tracker=aarch64.address, rpc_key="a64",
                              cache=store, benchmark_runs=2, timing=QUICK)
     rep = r.report
@@ -63,15 +68,14 @@ def test_aarch64_optimize_under_qemu_matches_onnxruntime(aarch64, tmp_path):
         r.run(np.zeros(r.input_shape, "float32"))
 
 
-def test_aarch64_cli_over_rpc_reuses_the_device_records(aarch64, tmp_path):
-    store = tmp_path / "records.sqlite"
+def test_aarch64_cli_over_rpc_reuses_the_device_records(aarch64, store, tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "graphselect.cli", "optimize", "tiny", "--target", TARGET, "--rpc-tracker",
-           aarch64.address, "--rpc-key", "a64", "--runs", "0", "-o", str(out), "--cache", str(store)]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert first.returncode == 0, first.stderr
+           aarch64.address, "--rpc-key", "a64", "--runs", "2", "-o", str(out), "--cache", str(store)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
     assert elf_machine(out / "model.so") == 183
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert second.returncode == 0, second.stderr
-    rec = json.loads((out / "report.json").read_text())["records"]
-    assert rec["reused"] == rec["jobs"]                    # filed under the device, found again
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["records"]["jobs"] > 0
+    assert rep["records"]["reused"] == rep["records"]["jobs"]   # the API test's records, filed under the device
+    assert rep["max_rel_err"] <= 1e-4 and "aarch64" in p.stdout and "via the RPC tracker" in p.stdout
