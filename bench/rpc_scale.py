@@ -4,7 +4,9 @@ each gives.
 Usage: python bench/rpc_scale.py [MODEL] [--servers 0,1,2] [--runs 30]
 
 Every configuration starts from an empty record store (its own folder), so all of its
-candidates are measured. Local: this process times kernels with one TVM thread. RPC: a tracker
+candidates are measured. With RPC the builder compiles the next batch while the servers time
+this one (here the servers share the machine's cores with the compiler processes, which a real
+device does not). Local: this process times kernels with one TVM thread. RPC: a tracker
 on loopback and N servers, each pinned to one core (``taskset -c i``) with one TVM thread, the
 measurement spread over N sessions. The builder (2 compiler processes) is the same in all. Per
 configuration: the measure stage's wall time, the number of jobs, the predicted cost of the
@@ -58,6 +60,7 @@ def one(model, servers: int, runs: int, workdir: Path) -> dict:
     rep = r.report
     return {"servers": servers, "runner": rep["runner"]["kind"], "jobs": rep["records"]["jobs"],
             "measure_s": rep["stage_seconds"]["measure"], "total_s": round(total, 1),
+            "build_wait_s": rep["records"].get("build_s"), "run_s": rep["records"].get("run_s"),
             "predicted_ms": rep["solver"]["predicted_ms"], "measured_ms": rep["measured_e2e_ms"],
             "assignment": r.assignment}
 
@@ -86,12 +89,14 @@ def main(argv=None) -> int:
     md = [f"# Measurement wall time: local runner and RPC servers ({a.model})", "",
           f"CPU: {lscpu()}, {os.cpu_count()} vCPUs; one TVM thread per runner; fresh record store each; "
           f"builder: 2 compiler processes.", "",
-          "| runner | jobs | measure s | speed-up | predicted ms | end to end ms | layers as the first row |",
-          "|---|---|---|---|---|---|---|"]
+          "| runner | jobs | measure s | speed-up | waiting for the builder s | in the runner s | predicted ms | "
+          "end to end ms | layers as the first row |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         name = "local" if r["servers"] == 0 else f"rpc x{r['servers']}"
         md.append(f"| {name} | {r['jobs']} | {r['measure_s']:.1f} | {base['measure_s'] / r['measure_s']:.2f} | "
-                  f"{r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | {same[r['servers']]}/{len(base['assignment'])} |")
+                  f"{r['build_wait_s']:.1f} | {r['run_s']:.1f} | {r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | "
+                  f"{same[r['servers']]}/{len(base['assignment'])} |")
     save(f"rpc-scale-{a.model}", "\n".join(md) + "\n", {"cpu": lscpu(), "rows": rows})
     return 0
 

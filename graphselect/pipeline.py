@@ -230,6 +230,7 @@ class Measured:
     reused: int
     retimed: int                       # records found but not trusted (flagged or stale), so re-timed
     flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
+    seconds: dict = field(default_factory=dict)  # waiting for the builder (build_s) and in the runner (run_s)
 
 
 def measure(imported: Imported, s: Settings, store) -> Measured:
@@ -248,13 +249,15 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     if reused < len(keys) and not s.remote:
         s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
         probe = load_probe(s, store)
+    clock: dict = {}
     meas = run(list(plan.jobs), target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
-               runner=runner(s, probe), cc=s.cc, progress=lambda d, n, m: s.progress("measure", d, n, m))
+               runner=runner(s, probe), cc=s.cc, clock=clock, progress=lambda d, n, m: s.progress("measure", d, n, m))
     if probe is not None:
         keep_quiet(s, store, probe)
     timings = {k: Timing(m.cold_ms, m.warm_ms) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
-    return Measured(plan, meas, timings, len(keys), reused, retimed, flagged)
+    return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
+                    {k: round(v, 2) for k, v in clock.items()})
 
 
 def runner(s: Settings, probe=None):

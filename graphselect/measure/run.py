@@ -1,11 +1,13 @@
 """Measure jobs: the record store first, then the builder (``measure.builder``) and a runner
 (``measure.local`` on this machine, ``measure.rpc`` on devices behind a TVM RPC tracker), in
-batches. Every record is written as it arrives, so an interrupted run keeps what it measured."""
+batches; for a remote runner the builder works one batch ahead. Every record is written as it
+arrives, so an interrupted run keeps what it measured."""
 from __future__ import annotations
 
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from .builder import Builder
@@ -19,13 +21,15 @@ log = logging.getLogger(__name__)
 def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing: TimingConfig = TimingConfig(),
             progress: Callable[[int, int, str], None] | None = None, batch: int = 48, workers: int = 1,
             probe: LoadProbe | None = None, retime: bool = True, runner=None,
-            cc: str | None = None) -> dict[tuple[str, str], Measurement]:
+            cc: str | None = None, clock: dict | None = None) -> dict[tuple[str, str], Measurement]:
     """Measure ``jobs`` not already in ``store``; return a Measurement per (workload, candidate).
 
     ``runner``: where kernels run (default: a :class:`~measure.local.LocalRunner` guarded by
     ``probe``, a :class:`~measure.local.LoadProbe`); ``cc``: the C compiler that links the
     kernels (a cross compiler for another architecture). ``retime`` re-times stored records that
-    :func:`~measure.local.stale` rejects (needs the probe's quiet time)."""
+    :func:`~measure.local.stale` rejects (needs the probe's quiet time). With a remote runner the
+    next batch compiles while the devices time this one. ``clock`` (a dict) gets the seconds
+    spent waiting for the builder (``build_s``) and in the runner (``run_s``)."""
     runner = runner if runner is not None else LocalRunner(probe)
     probe = getattr(runner, "probe", None)
     out: dict[tuple[str, str], Measurement] = {}
@@ -56,30 +60,45 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
         if progress:
             progress(done, total, what)
 
-    with Builder(target, workers, cc=cc, files=runner.files) as builder:
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
+    def build(builder, chunk):
+        """(artifacts, failures, build seconds) of one batch."""
+        t0 = time.perf_counter()
+        funcs, made = [], []
+        for j in chunk:   # PrimFuncs here, compiled together below (in parallel)
+            try:
+                fs = j.build()
+                chk = j.check() if j.check is not None else None
+                made.append((j, fs, chk, None))
+                funcs.extend(fs)
+            except Exception as e:  # noqa: BLE001
+                made.append((j, None, None, e))
+        compiled = builder.compile_all(funcs)
+        share = (time.perf_counter() - t0) / max(1, len(chunk))
+        arts, failed, k = [], [], 0
+        for j, fs, chk, err in made:
+            if err is not None:
+                failed.append((j, _failed(j, err, share)))
+                continue
+            arts.append(Artifact(j, fs, compiled[k:k + len(fs)], share, chk))
+            k += len(fs)
+        return arts, failed, time.perf_counter() - t0
+
+    chunks = [todo[i:i + batch] for i in range(0, len(todo), batch)]
+    with Builder(target, workers, cc=cc, files=runner.files) as builder, ThreadPoolExecutor(1) as ahead:
+        nxt = ahead.submit(build, builder, chunks[0]) if chunks else None
+        for i in range(len(chunks)):
             t0 = time.perf_counter()
-            funcs, made = [], []
-            for j in chunk:   # PrimFuncs here, compiled together below (in parallel)
-                try:
-                    fs = j.build()
-                    chk = j.check() if j.check is not None else None
-                    made.append((j, fs, chk, None))
-                    funcs.extend(fs)
-                except Exception as e:  # noqa: BLE001
-                    made.append((j, None, None, e))
-            compiled = builder.compile_all(funcs)
-            share = (time.perf_counter() - t0) / max(1, len(chunk))
-            arts, k = [], 0
-            for j, fs, chk, err in made:
-                if err is not None:
-                    finish(j, _failed(j, err, share), f"{j.candidate} failed", False)
-                    continue
-                arts.append(Artifact(j, fs, compiled[k:k + len(fs)], share, chk))
-                k += len(fs)
+            arts, failed, _ = nxt.result()
+            if clock is not None:
+                clock["build_s"] = clock.get("build_s", 0.0) + time.perf_counter() - t0
+            # a remote runner's devices time this batch while the next one compiles here; a local
+            # one times on this machine, so nothing else may run meanwhile
+            nxt = ahead.submit(build, builder, chunks[i + 1]) if runner.remote and i + 1 < len(chunks) else None
+            for j, m in failed:
+                finish(j, m, f"{j.candidate} failed", False)
             if progress and arts:
                 progress(done, total, f"built {len(arts)} kernels, timing them")
+            t0 = time.perf_counter()
             for a, res in runner.run(arts, timing):
                 j = a.job
                 if isinstance(res, Measurement):
@@ -87,11 +106,15 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
                 elif isinstance(res, NumericalError):
                     # deterministic for these weights: stored, so later runs do not rebuild it
                     log.info("candidate %s on %s rejected: %s", j.candidate, j.workload, res)
-                    finish(j, Measurement(j.workload, j.candidate, math.inf, math.inf, str(res), share,
+                    finish(j, Measurement(j.workload, j.candidate, math.inf, math.inf, str(res), a.build_s,
                                           res.rel_err, j.version), f"{j.candidate} rejected", True)
                 else:
                     # build and run failures are not stored: the next run (maybe with a fixed TVM) tries again
-                    finish(j, _failed(j, res, share), f"{j.candidate} failed", False)
+                    finish(j, _failed(j, res, a.build_s), f"{j.candidate} failed", False)
+            if clock is not None:
+                clock["run_s"] = clock.get("run_s", 0.0) + time.perf_counter() - t0
+            if nxt is None and i + 1 < len(chunks):
+                nxt = ahead.submit(build, builder, chunks[i + 1])
     return out
 
 
