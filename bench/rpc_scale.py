@@ -2,6 +2,7 @@
 each gives.
 
 Usage: python bench/rpc_scale.py [MODEL] [--servers 0,1,2] [--runs 30]
+       python bench/rpc_scale.py [MODEL] --runner-only [--servers 0,1,2]
 
 Every configuration starts from an empty record store (its own folder), so all of its
 candidates are measured. With RPC the builder compiles the next batch while the servers time
@@ -13,6 +14,11 @@ configuration: the measure stage's wall time, the number of jobs, the predicted 
 chosen assignment, and its end-to-end time where it ran (the local one here with one thread,
 the RPC ones on a server, through the device's own timer). Nothing else may run meanwhile.
 Results: printed and saved under bench/results/rpc-scale-STAMP.{md,json} with the CPU's name.
+
+``--runner-only`` compiles every job once, first, then times only the runners on those same
+artifacts (local: loaded here, with the load probe, as optimize does; RPC: 1 and 2 servers),
+one after the other with nothing compiling meanwhile: what more devices buy when the builder is
+not the bottleneck (on this 2-core machine it is, and the devices share its cores).
 """
 from __future__ import annotations
 
@@ -65,17 +71,102 @@ def one(model, servers: int, runs: int, workdir: Path) -> dict:
             "assignment": r.assignment}
 
 
+class _Collect:
+    """A runner that keeps the builder's library files (copied out of its temporary folder)."""
+    files, remote, probe = True, False, None
+
+    def __init__(self, folder: Path):
+        self.folder, self.arts = folder, []
+
+    def run(self, arts, timing):
+        from dataclasses import replace
+        for a in arts:
+            kept = []
+            for c in a.compiled:
+                if isinstance(c, str):
+                    dst = self.folder / f"k{len(self.arts)}_{len(kept)}.so"
+                    shutil.copyfile(c, dst)
+                    c = str(dst)
+                kept.append(c)
+            self.arts.append(replace(a, compiled=kept))
+        return iter(())
+
+
+def runner_only(model: str, counts, workdir: Path) -> list[dict]:
+    import tvm
+    from dataclasses import replace
+    import graphselect  # noqa: F401 - sets the thread pool's spin count
+    import models
+    from graphselect import pipeline
+    from graphselect.measure import plan as plan_mod
+    from graphselect.measure.jobs import TimingConfig
+    from graphselect.measure.local import LoadProbe, LocalRunner
+    from graphselect.measure.rpc import RpcConfig, RpcRunner
+    from graphselect.measure.run import measure
+    from graphselect.measure.store import RecordStore
+    from tests.rpc_servers import Cluster
+    s = pipeline.settings(cache=None, benchmark_runs=0, threads=1)
+    imp = pipeline.load(models.build(model), s)
+    plan = plan_mod.make_plan(imp.lg, s.target, s.families)
+    (workdir / "libs").mkdir()
+    keep = _Collect(workdir / "libs")
+    t0 = time.perf_counter()
+    measure(list(plan.jobs), target=s.target, ctx=s.ctx, store=RecordStore(None), runner=keep, workers=2)
+    build_s = time.perf_counter() - t0
+    timing = TimingConfig()
+    rows = []
+    for n in counts:
+        batches = [keep.arts[i:i + 48] for i in range(0, len(keep.arts), 48)]
+        cluster = None
+        if n == 0:
+            runner = LocalRunner(LoadProbe(s.target))
+            batches = [[replace(a, compiled=[tvm.runtime.load_module(c) if isinstance(c, str) else c
+                                             for c in a.compiled]) for a in b] for b in batches]
+        else:
+            cluster = Cluster(str(workdir))
+            for i in range(n):
+                cluster.server("bench", python=("taskset", "-c", str(i % (os.cpu_count() or 1)), sys.executable))
+            runner = RpcRunner(RpcConfig("127.0.0.1", cluster.port, "bench", n))
+        try:
+            t0 = time.perf_counter()
+            res = [r for b in batches for _, r in runner.run(b, timing)]
+            wall = time.perf_counter() - t0
+        finally:
+            if cluster is not None:
+                cluster.close()
+        ok = sum(1 for r in res if getattr(r, "ok", False))
+        rows.append({"servers": n, "jobs": len(keep.arts), "ok": ok, "run_s": round(wall, 1),
+                     "build_s": round(build_s, 1)})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", default="resnet18")
     ap.add_argument("--servers", default="0,1,2")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--runner-only", action="store_true", help="time the runners alone on prebuilt kernels")
     a = ap.parse_args(argv)
     if "TVM_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = "1"      # the local runner: one thread, as each server
     from results_io import save
     rows = []
     work = Path(tempfile.mkdtemp(prefix="graphselect-rpc-scale-"))
+    if a.runner_only:
+        try:
+            rows = runner_only(a.model, [int(x) for x in a.servers.split(",")], work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        md = [f"# Runners alone on prebuilt kernels ({a.model})", "",
+              f"CPU: {lscpu()}, {os.cpu_count()} vCPUs; one TVM thread per runner; every job compiled once first "
+              f"({rows[0]['build_s']:.0f} s, 2 compiler processes); default timing protocol.", "",
+              "| runner | jobs | timed ok | runner wall s | speed-up |", "|---|---|---|---|---|"]
+        for r in rows:
+            name = "local (load probe)" if r["servers"] == 0 else f"rpc x{r['servers']}"
+            md.append(f"| {name} | {r['jobs']} | {r['ok']} | {r['run_s']:.1f} | {rows[0]['run_s'] / r['run_s']:.2f} |")
+        save(f"rpc-runners-{a.model}", "\n".join(md) + "\n", {"cpu": lscpu(), "rows": rows})
+        return 0
     try:
         for n in (int(x) for x in a.servers.split(",")):
             print(f"--- {'local runner' if n == 0 else f'{n} RPC server(s)'}", flush=True)
