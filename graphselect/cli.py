@@ -192,7 +192,9 @@ def cmd_records(a) -> int:
 def _retime(a, path) -> int:
     from . import pipeline
     model, _ = _resolve_model(a.model)
-    s = pipeline.settings(threads=a.threads, cache=path, progress=_Progress())
+    s = pipeline.settings(target=a.target, threads=a.threads, cache=path, progress=_Progress(),
+                          rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_sessions=a.rpc_sessions,
+                          cross_cc=a.cross_cc)
     with pipeline.open_store(s) as store:
         rows = pipeline.retime(model, s, store, match=a.match, flagged_only=a.flagged,
                                input_shape=_parse_shape(a.input_shape))
@@ -202,6 +204,19 @@ def _retime(a, path) -> int:
               + (f"  {new.flag}" if new is not None and new.flag else ""))
     print(f"re-timed {len(rows)} record(s) (cold/warm ms, before -> after)", file=sys.stderr)
     return 0
+
+
+def _device_options(p, target: bool = True) -> None:
+    """Where kernels are measured: this machine, or the devices behind a TVM RPC tracker."""
+    if target:
+        p.add_argument("--target", default="llvm", help="the target the records are filed under (as for optimize)")
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT",
+                   help="measure, verify and time on the devices registered with this TVM RPC tracker")
+    p.add_argument("--rpc-key", metavar="KEY", help="the key the device servers registered under")
+    p.add_argument("--rpc-sessions", type=int, default=1, metavar="N",
+                   help="devices to measure on at once (default 1)")
+    p.add_argument("--cross-cc", metavar="CC",
+                   help="C compiler that links libraries for the target (default: TRIPLE-gcc for another arch)")
 
 
 def cmd_zoo(a) -> int:
@@ -232,13 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--target", default="llvm",
                    help="llvm (this CPU, default; with --rpc-tracker the device's), or 'llvm -mcpu=NAME "
                         "[-mtriple=TRIPLE] [-mattr=...]' (another CPU needs --rpc-tracker)")
-    o.add_argument("--rpc-tracker", metavar="HOST:PORT",
-                   help="measure, verify and time on the devices registered with this TVM RPC tracker")
-    o.add_argument("--rpc-key", metavar="KEY", help="the key the device servers registered under")
-    o.add_argument("--rpc-sessions", type=int, default=1, metavar="N",
-                   help="devices to measure on at once (default 1)")
-    o.add_argument("--cross-cc", metavar="CC",
-                   help="C compiler that links libraries for the target (default: TRIPLE-gcc for another arch)")
+    _device_options(o, target=False)
     o.add_argument("--sparsity", type=float, default=0.0, help="prune a zoo model's convs to this sparsity first")
     o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
     o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")
@@ -276,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--everything", action="store_true", help="drop every record and observation")
         if name == "retime":
             p.add_argument("model", help="an .onnx file or a zoo model name")
+            _device_options(p)
             p.add_argument("--input-shape", action="append",
                            help="fix a dynamic input shape: NAME:1,3,224,224 (repeat for several inputs)")
     r.set_defaults(func=cmd_records)

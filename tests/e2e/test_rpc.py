@@ -1,5 +1,7 @@
 """Measuring through TVM's RPC tracker: a tracker and two servers on loopback, as a user runs them."""
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -56,6 +58,13 @@ def test_optimize_on_two_servers_matches_onnxruntime_and_files_records_by_device
     assert r2.report["records"]["reused"] == r2.report["records"]["jobs"]
     x = np.random.default_rng(0).standard_normal(r.input_shape).astype("float32")
     assert np.allclose(r.run(x), r2.run(x), atol=1e-5)      # same device arch as here: runs here too
+    # the device's records are re-timed on the device
+    p = subprocess.run([sys.executable, "-m", "graphselect.cli", "records", "retime", "tiny", "--match", "conv2d",
+                        "--rpc-tracker", cluster.address, "--rpc-key", "cpu", "--cache", str(store)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    n = int(p.stderr.rsplit("re-timed ", 1)[1].split()[0])
+    assert 0 < n <= len(recs) and len(_device_records(store, rep)) == len(recs)
 
 
 def test_a_server_that_dies_mid_measure_loses_nothing(cluster, tmp_path, caplog):
