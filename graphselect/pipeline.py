@@ -62,7 +62,7 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
     import tvm
     from .measure.jobs import TimingConfig
     from .measure.store import Context, default_path
-    from .target import cpu_model, cross_compiler, parse_target, runtime_tag
+    from .target import arch_of, cpu_model, cross_compiler, parse_target, runtime_tag
     rpc_cfg = device = None
     if rpc_tracker is not None or rpc_key is not None:
         from .measure import rpc
@@ -76,7 +76,7 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
                                    f"{threads}; start them with TVM_NUM_THREADS={threads} or leave --threads out")
         threads = device.threads
     spec = parse_target(target, threads=threads, remote=rpc_cfg is not None)
-    if device is not None and spec.arch != device.triple.split("-", 1)[0]:
+    if device is not None and spec.arch != arch_of(device.triple):
         raise GraphSelectError(f"the target is {spec.arch} but the servers under key {rpc_key!r} are "
                                f"{device.triple}; pass a target for them (llvm -mtriple={device.triple})")
     cc = cross_compiler(spec, cross_cc)
@@ -103,9 +103,10 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
         path = _writable_store(path)
     cpu = device.name if device is not None else cpu_model()
     ctx = Context(target=spec.key, cpu=cpu, threads=spec.threads, tvm=runtime_tag(tvm.__version__))
-    if max_rounds is None or device is not None:
-        # in-network kernel timing runs on this machine only: a device is selected on isolated costs
-        max_rounds = 3 if benchmark_runs and device is None else 0
+    if device is not None:
+        max_rounds = 0     # in-network kernel timing runs on this machine only: a device is selected on isolated costs
+    elif max_rounds is None:
+        max_rounds = 3 if benchmark_runs else 0
     if device is not None and cache_budget == "auto":
         cache_budget = None        # the device's caches are not probed: cold-weight costs
     return Settings(spec=spec, target=spec.tvm_target(), ctx=ctx, solver=solver,
@@ -119,6 +120,7 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
 def _device_target(target, device):
     """``llvm`` with no CPU or triple means the device's own CPU and triple; a triple of the
     device's architecture with no CPU, the device's CPU."""
+    from .target import arch_of
     if not isinstance(target, str):
         return target
     parts = target.split()
@@ -126,7 +128,7 @@ def _device_target(target, device):
         return f"llvm -mcpu={device.cpu} -mtriple={device.triple}"
     triple = next((p.split("=", 1)[1] for p in parts if p.startswith("-mtriple=")), None)
     if (parts and parts[0] == "llvm" and triple and not any(p.startswith("-mcpu=") for p in parts)
-            and triple.split("-", 1)[0] == device.triple.split("-", 1)[0] and device.cpu != "generic"):
+            and arch_of(triple) == arch_of(device.triple) and device.cpu != "generic"):
         return f"{target} -mcpu={device.cpu}"
     return target
 
@@ -270,8 +272,11 @@ def runner(s: Settings, probe=None):
 
 
 def load_probe(s: Settings, store):
-    """A :class:`measure.local.LoadProbe` that starts from the quietest reference time stored."""
+    """A :class:`measure.local.LoadProbe` that starts from the quietest reference time stored;
+    None on an RPC device (taken as dedicated: the probe would time this machine)."""
     from .measure.local import REFERENCE, LoadProbe
+    if s.remote:
+        return None
     ref = store.get(s.ctx, *REFERENCE, "")
     return LoadProbe(s.target, ref.cold_ms if ref is not None else None)
 
@@ -307,7 +312,7 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
         jobs.append(j)
     for j in jobs:
         store.delete(s.ctx, match=None, key=(j.workload, j.candidate, j.version))
-    probe = load_probe(s, store) if jobs and not s.remote else None
+    probe = load_probe(s, store) if jobs else None
     new = run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
               runner=runner(s, probe), cc=s.cc, progress=lambda d, n, m: s.progress("measure", d, n, m))
     if probe is not None:
@@ -519,7 +524,7 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
     versus = ref.timeable and not s.remote
     s.progress("benchmark", 0, 1, f"timing end to end ({len(built)} network(s)"
                + (", then against onnxruntime)" if versus else ")"))
-    probe = load_probe(s, store) if store is not None and not s.remote else None
+    probe = load_probe(s, store) if store is not None else None
     quiet = probe.quiet if probe is not None else None
     fns = {b.label: nets[b.label].runner(xs) for b in built}
     ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, waits=6, seconds=CHECK_SECONDS) \

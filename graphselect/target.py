@@ -27,6 +27,14 @@ class VectorIsa:
     registers: int       # vector registers
 
 
+AVX512 = VectorIsa(16, 32)       # what the grids assume when no target is given
+
+
+def arch_of(triple: str) -> str:
+    """A triple's architecture: aarch64-linux-gnu -> aarch64."""
+    return triple.split("-", 1)[0]
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     mcpu: str
@@ -52,12 +60,12 @@ class TargetSpec:
     @property
     def arch(self) -> str:
         """The triple's architecture (x86_64, aarch64, ...)."""
-        return (self.mtriple or host_triple()).split("-", 1)[0]
+        return arch_of(self.mtriple or host_triple())
 
     @property
     def foreign(self) -> bool:
         """Whether this machine cannot run the target's code (another arch or another CPU)."""
-        return (self.mtriple is not None and self.arch != host_triple().split("-", 1)[0]) or self.mcpu != host_cpu()
+        return self.arch != arch_of(host_triple()) or self.mcpu != host_cpu()
 
     @property
     def isa(self) -> VectorIsa:
@@ -92,10 +100,7 @@ def isa_of(target) -> VectorIsa:
     triple = str(attrs["mtriple"]) if "mtriple" in attrs else host_triple()
     mcpu = str(attrs["mcpu"]) if "mcpu" in attrs else host_cpu()
     mattr = tuple(str(a) for a in attrs["mattr"]) if "mattr" in attrs else ()
-    return vector_isa(triple.split("-", 1)[0], mcpu, mattr)
-
-
-AVX512 = VectorIsa(16, 32)       # what the grids assume when no target is given
+    return vector_isa(arch_of(triple), mcpu, mattr)
 
 
 @lru_cache(maxsize=None)
@@ -112,7 +117,7 @@ def cross_compiler(spec: TargetSpec, cc: str | None = None) -> str | None:
         if shutil.which(cc) is None:
             raise GraphSelectError(f"cross compiler {cc!r} not found on PATH")
         return cc
-    if spec.mtriple is None or spec.arch == host_triple().split("-", 1)[0]:
+    if spec.arch == arch_of(host_triple()):
         return None
     parts = spec.mtriple.split("-")
     names = [spec.mtriple + "-gcc"]
@@ -202,7 +207,7 @@ def parse_target(target: str | dict = "llvm", *, threads: int | None = None, rem
         raise GraphSelectError(f"target kind {kind!r} is not supported: graphselect selects CPU "
                                "kernels and measures them on this machine; use --target llvm")
     host = host_cpu()
-    other_arch = mtriple is not None and mtriple.split("-", 1)[0] != host_triple().split("-", 1)[0]
+    other_arch = mtriple is not None and arch_of(mtriple) != arch_of(host_triple())
     if mcpu in ("native", "host", None):
         mcpu = "generic" if other_arch else host
     spec = TargetSpec(mcpu=mcpu, threads=threads, mattr=mattr, mtriple=mtriple)

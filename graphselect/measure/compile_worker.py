@@ -15,6 +15,7 @@ MARK = "@@graphselect "       # answer lines start with it: anything else on std
 def main() -> int:
     import tvm
     from .builder import export
+    from .jobs import last_line
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -26,7 +27,7 @@ def main() -> int:
             export(ex, req["out"], req.get("cc"))
             answer = {"ok": req["out"]}
         except Exception as e:  # noqa: BLE001 - every failure goes back as a message
-            answer = {"error": (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]}
+            answer = {"error": last_line(e)}
         sys.stdout.write(MARK + json.dumps(answer) + "\n")
         sys.stdout.flush()
     return 0

@@ -88,6 +88,29 @@ def check_output(a: Artifact, out) -> float | None:
     return rel
 
 
+def load_and_check(a: Artifact, dev, rng, load=lambda compiled: compiled):
+    """Each kernel of ``a`` as (module, its device tensors), run once (catching kernels that crash
+    on first run) with a checked job's output compared with its reference: (kernels, rel err).
+    ``load`` turns what the builder made into a module on ``dev`` (a remote runner uploads it)."""
+    if a.check is not None and len(a.funcs) != 1:
+        raise ValueError("a checked job must build exactly one kernel")
+    kernels, rel = [], None
+    for i, compiled in enumerate(a.compiled):
+        if isinstance(compiled, Exception):
+            raise compiled
+        mod = load(compiled)
+        args = kernel_args(a, i, dev, rng)
+        mod["main"](*args)
+        rel = check_output(a, args[-1])
+        kernels.append((mod, args))
+    return kernels, rel
+
+
+def last_line(e: BaseException) -> str:
+    """An exception as one line for a record or a message (TVM's errors end with the point)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+
+
 def sample(kernels, dev, timing: TimingConfig) -> tuple[float, float]:
     """One round of the protocol over a job's kernels, (module, args) each: (cold, warm) ms.
     Cold flushes every argument but the first (the input) from the cache before each run."""

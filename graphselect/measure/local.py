@@ -23,7 +23,7 @@ from typing import Iterator
 import numpy as np
 
 from .builder import compile_func
-from .jobs import Artifact, TimingConfig, arg_arrays, check_output, kernel_args, sample, suspicious_warm
+from .jobs import Artifact, TimingConfig, arg_arrays, load_and_check, sample, suspicious_warm
 from .store import Measurement
 
 log = logging.getLogger(__name__)
@@ -109,28 +109,13 @@ class LocalRunner:
         for a in artifacts:
             t0 = time.perf_counter()
             try:
-                kernels, rel = _load_and_check(a, self.dev, self.rng)
+                kernels, rel = load_and_check(a, self.dev, self.rng)
             except Exception as e:  # noqa: BLE001 - a failing candidate is a value
                 yield a, e
                 continue
             ready.append((a, kernels, a.build_s + time.perf_counter() - t0, rel))
         for a, m in _time_batch(ready, self.dev, timing, self.probe):
             yield a, m
-
-
-def _load_and_check(a: Artifact, dev, rng):
-    """Run each kernel once (catching kernels that crash on first run) and check the output."""
-    if a.check is not None and len(a.funcs) != 1:
-        raise ValueError("a checked job must build exactly one kernel")
-    kernels, rel = [], None
-    for i, mod in enumerate(a.compiled):
-        if isinstance(mod, Exception):
-            raise mod
-        args = kernel_args(a, i, dev, rng)
-        mod["main"](*args)
-        rel = check_output(a, args[-1])
-        kernels.append((mod, args))
-    return kernels, rel
 
 
 def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> list[tuple[Artifact, Measurement]]:

@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import GraphSelectError
-from .jobs import Artifact, TimingConfig, check_output, kernel_args, sample, suspicious_warm
+from .jobs import Artifact, TimingConfig, last_line, load_and_check, sample, suspicious_warm
 from .store import Measurement
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def tracker(cfg: RpcConfig):
         socket.create_connection((cfg.host, cfg.port), timeout=5).close()
         return rpc.connect_tracker(cfg.host, cfg.port)
     except Exception as e:  # noqa: BLE001 - OSError, or TVM's RuntimeError after its retries
-        raise GraphSelectError(f"cannot reach the RPC tracker at {cfg.address}: {_last_line(e)}; start one with "
+        raise GraphSelectError(f"cannot reach the RPC tracker at {cfg.address}: {last_line(e)}; start one with "
                                f"python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port {cfg.port}") from None
 
 
@@ -105,7 +105,7 @@ def open_session(cfg: RpcConfig):
         raise
     except Exception as e:  # noqa: BLE001
         raise GraphSelectError(f"the tracker at {cfg.address} gave no session for key {cfg.key!r}: "
-                               f"{_last_line(e)}") from None
+                               f"{last_line(e)}") from None
 
 
 def device(cfg: RpcConfig) -> Device:
@@ -129,10 +129,6 @@ def alive(sess) -> bool:
         return True
     except Exception:  # noqa: BLE001
         return False
-
-
-def _last_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
 
 
 class SessionDied(Exception):
@@ -176,8 +172,6 @@ class RpcRunner:
                     item = results.get(timeout=0.5)
                 except queue.Empty:
                     continue
-                if item is None:
-                    continue
                 left -= 1
                 yield item
             for t in threads:
@@ -210,25 +204,18 @@ class RpcRunner:
                 results.put((a, e))
 
     def _one(self, sess, a: Artifact, timing: TimingConfig, rng):
-        if a.check is not None and len(a.funcs) != 1:
-            raise ValueError("a checked job must build exactly one kernel")
+        def load(path: str):
+            name = f"gs{self.prefix}_{next(self._names)}.so"
+            sess.upload(path, name)
+            return sess.load_module(name)
+
         try:
             dev = sess.cpu()
-            kernels, rel = [], None
-            for i, path in enumerate(a.compiled):
-                if isinstance(path, Exception):
-                    raise path
-                name = f"gs{self.prefix}_{next(self._names)}.so"
-                sess.upload(path, name)
-                mod = sess.load_module(name)
-                args = kernel_args(a, i, dev, rng)
-                mod["main"](*args)
-                rel = check_output(a, args[-1])
-                kernels.append((mod, args))
+            kernels, rel = load_and_check(a, dev, rng, load)
             ss = [sample(kernels, dev, timing) for _ in range(max(1, timing.rounds))]
         except Exception as e:
             if not alive(sess):
-                raise SessionDied(_last_line(e)) from None
+                raise SessionDied(last_line(e)) from None
             raise
         cold = float(np.median([c for c, _ in ss]))
         warm = float(np.median([w for _, w in ss]))

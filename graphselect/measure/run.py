@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from .builder import Builder
-from .jobs import Artifact, Job, NumericalError, TimingConfig
+from .jobs import Artifact, Job, NumericalError, TimingConfig, last_line
 from .local import LocalRunner, LoadProbe, stale
 from .store import Context, Measurement, RecordStore
 
@@ -119,6 +119,6 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
 
 
 def _failed(j: Job, e: BaseException, build_s: float) -> Measurement:
-    msg = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+    msg = last_line(e)
     log.info("candidate %s on %s failed: %s", j.candidate, j.workload, msg)
     return Measurement(j.workload, j.candidate, math.inf, math.inf, msg, build_s, version=j.version)
