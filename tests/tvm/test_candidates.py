@@ -23,6 +23,10 @@ SPECS = [
     ConvSpec(2, 8, 9, 12, 16, (3, 1), (1, 1), (1, 0, 0, 0), bias=True),
     # ShuffleNet-like 1x1 with 58 channels (flattened-pixel direct with a 29-channel tile), residual
     ConvSpec(1, 58, 12, 12, 58, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, residual=True, clip_lo=0.0),
+    # MobileNet-like projection to 24 channels (nchwc computes a padded 32-lane tile), residual
+    ConvSpec(1, 16, 14, 14, 24, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, residual=True),
+    # 40 output channels (padded to 48 or 64), stride 2, odd size, ReLU6
+    ConvSpec(1, 3, 15, 15, 40, (3, 3), (2, 2), (1, 1, 1, 1), bias=True, clip_lo=0.0, clip_hi=6.0),
 ]
 
 
@@ -61,6 +65,27 @@ def test_weight_bytes_are_the_packed_constants(spec):
     for c in candidates.propose(spec):
         packed = candidates.family(c).pack(c, spec, w, b)
         assert c.weight_bytes == sum(a.nbytes for a in packed), c.key
+
+
+@pytest.mark.parametrize("spec", SPECS[-2:], ids=lambda s: s.describe())
+def test_nchwc_pads_output_channels_that_only_half_vectors_divide(spec):
+    """24 and 40 output channels: besides the 8-lane blocks, full-width tiles over the channels
+    padded with zero weights (24 -> 32; 40 -> 48, not 64: under two thirds real), written as
+    NCHW8c; their packed weights hold the padded rows."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((spec.out_channels, spec.in_channels) + spec.kernel).astype("float32")
+    b = rng.standard_normal(spec.out_channels).astype("float32")
+    padded = [c for c in candidates.propose(spec, ["nchwc"]) if dict(c.params).get("oc_pad")]
+    want = {24: {16, 32}, 40: {16}}[spec.out_channels]
+    assert {c.param("oc_pad") for c in padded} == want
+    for c in padded:
+        assert c.out_layout == "NCHW8c" and c.param("oc_bn") == 8
+        packed = candidates.family(c).pack(c, spec, w, b)
+        assert packed[0].shape[-1] == c.param("oc_pad")
+        assert c.weight_bytes == sum(a.nbytes for a in packed), c.key
+    # channels a vector divides need no padding
+    assert not [c for c in candidates.propose(ConvSpec(1, 16, 8, 8, 32, (1, 1), (1, 1), (0, 0, 0, 0)), ["nchwc"])
+                if dict(c.params).get("oc_pad")]
 
 
 def test_nchwc_blocks_follow_channel_divisors():
