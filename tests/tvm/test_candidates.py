@@ -88,6 +88,19 @@ def test_nchwc_pads_output_channels_that_only_half_vectors_divide(spec):
                 if dict(c.params).get("oc_pad")]
 
 
+def test_nchwc_stems_also_read_their_padding_as_guarded_loads():
+    """A padded conv with at most 4 input channels gets a pad_inline twin of every plain
+    candidate (no padded copy: no workspace); wider or unpadded convs do not."""
+    stem = SPECS[1]
+    cands = candidates.propose(stem, ["nchwc"])
+    inline = [c for c in cands if dict(c.params).get("pad_inline")]
+    plain = [c for c in cands if not dict(c.params).get("pad_inline") and not dict(c.params).get("oc_pad")]
+    assert inline and len(inline) == len(plain)
+    assert all(c.workspace_bytes == 0 for c in inline) and all(c.workspace_bytes > 0 for c in plain)
+    for spec in (SPECS[0], SPECS[2]):        # 16 input channels; no padding
+        assert not [c for c in candidates.propose(spec, ["nchwc"]) if dict(c.params).get("pad_inline")]
+
+
 def test_nchwc_blocks_follow_channel_divisors():
     spec = ConvSpec(1, 24, 8, 8, 40, (3, 3), (1, 1), (1, 1, 1, 1))
     for c in candidates.propose(spec, ["nchwc"]):
