@@ -3,13 +3,18 @@
   tvm-default   TVM's own Relax pipeline (from_onnx -> tvm.compile, no scheduling), with --tvm-default
   uniform       every conv in the best single NCHW[b]c blocking (b picked by predicted time)
   greedy        per-layer fastest candidate with warm weights, layouts fixed up locally
-  graphselect   what ``graphselect.optimize`` returns (the closed loop's final assignment)
+  graphselect   what ``graphselect.optimize`` returns (the closed loop's final assignment), in
+                --precision fp32 (default), bf16 or auto
+  graphselect-fp32  with --precision bf16|auto: the same model optimized in fp32, as a peer
   onnxruntime   CPU execution provider
-  openvino      OpenVINO's CPU plugin, with --openvino (where it is installed)
+  openvino      OpenVINO's CPU plugin in f32, with --openvino (where it is installed)
+  openvino-default  the same with no precision hint: what OpenVINO picks for this CPU (bf16 where
+                it has AMX or AVX512-BF16; the row says which)
   deepsparse    DeepSparse 1.8 in its own environment (a worker process), with --deepsparse
 
 Usage: python bench/e2e.py MODEL [MODEL...] [--runs 60] [--threads 2] [--batch 1] [--image-size N]
                            [--sparsity 0.7 [--block 4]] [--tvm-default] [--openvino] [--deepsparse] [--tag TEXT]
+                           [--precision fp32|bf16|auto [--tolerance 0.02]]
        python bench/e2e.py --summarize bench/results/e2e-*.json   (one table of earlier runs)
 
 Each model is optimized as a user runs it (default record store, so calibration from earlier
@@ -90,6 +95,9 @@ def main():
     ap.add_argument("--block", type=int, default=1,
                     help="with --sparsity: prune in blocks of this many output channels (BSR)")
     ap.add_argument("--tag", default="", help="appended to the result file names")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+                    help="what graphselect may compute in (bf16/auto: the fp32 optimization is timed beside it)")
+    ap.add_argument("--tolerance", type=float, default=None, help="--precision auto's accuracy budget")
     a = ap.parse_args()
     if a.summarize:
         print(_table([r for f in a.summarize for r in json.loads(Path(f).read_text())]))
@@ -118,8 +126,9 @@ def main():
         else:
             m = __import__("onnx").load(name)
             label = Path(name).stem
-        res = graphselect.optimize(m, threads=a.threads, name=label)
+        res = graphselect.optimize(m, threads=a.threads, name=label, precision=a.precision, tolerance=a.tolerance)
         t_opt = time.perf_counter() - t0
+        fp32 = graphselect.optimize(m, threads=a.threads, name=label) if a.precision != "fp32" else None
         rep, ex = res.report, res.extra
         sel, lg, plan = ex["selection"], ex["lg"], ex["plan"]
         iso, prob = sel.isolated, sel.problem
@@ -133,6 +142,8 @@ def main():
             pipeline.build(imported, measured, "greedy", sel.greedy, s)
         uniform = pipeline.build(imported, measured, "uniform", type(sel.greedy)(unis[ub], 0.0, "uniform", False), s)
         peers = {"uniform": uniform.executable, "greedy": greedy.executable, "graphselect": res.build()}
+        if fp32 is not None:
+            peers["graphselect-fp32"] = fp32.build()
         fns = {k: vm_runner(v, x) for k, v in peers.items()}
         # the TVM peers against each other (one runtime: no pauses between blocks), then
         # graphselect against onnxruntime (a pause at every switch, so neither runtime's
@@ -152,11 +163,16 @@ def main():
             t[peer], quiet[peer] = r.median(peer), _quiet(r.ms[peer])
             ratio[peer] = r.ratio(peer, "graphselect") * to_ort
 
+        peer_err, peer_precision = {}, {}
         if a.openvino:
-            ov = openvino_runner(m, x, a.threads)
-            if ov is not None:
-                versus("openvino", ov)
-        peer_err = {}
+            for peer, prec in (("openvino", "f32"), ("openvino-default", None)):
+                ov = openvino_runner(m, x, a.threads, prec)
+                if ov is not None:
+                    ref = sess.run(None, {res.input_name: x})
+                    peer_err[peer] = max(float(np.max(np.abs(o - r)) / (np.max(np.abs(r)) + 1e-12))
+                                         for o, r in zip(ov.outputs(), ref))
+                    peer_precision[peer] = ov.precision
+                    versus(peer, ov)
         if a.deepsparse:
             ds = deepsparse_runner(m, x, a.threads, a.deepsparse_python)
             if ds is not None:
@@ -191,6 +207,7 @@ def main():
                "round_medians_ms": {k: [round(median(b), 4) for b in ts.ms[k]] for k in fns},
                "versus_ort_round_medians_ms": {k: [round(median(b), 4) for b in vs.ms[k]] for k in vs.ms},
                "max_rel_err": rep["max_rel_err"], "peer_max_rel_err": peer_err,
+               "precision": rep.get("precision"), "peer_precision": peer_precision,
                "optimize_alternatives": alts,
                "loop": rep["loop"],
                "footprint_mib": {"greedy": iso.footprint(sel.greedy.choice) / 2**20,
@@ -215,7 +232,8 @@ def _quiet(blocks) -> float:
     return float(np.percentile(meds, 25)) if meds else float("nan")
 
 
-PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "onnxruntime", "openvino", "deepsparse")
+PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "graphselect-fp32", "onnxruntime", "openvino",
+         "openvino-default", "deepsparse")
 
 
 def _err(p, m):
@@ -230,6 +248,12 @@ def _line(r):
               f"returned/fastest built {r['returned_over_fastest']}; optimize {r['optimize_s']:.0f} s]")
 
 
+def _precision(r) -> str:
+    p = r.get("precision") or {}
+    n = (p.get("layers") or {}).get("bf16", 0)
+    return f"{p.get('mode', 'fp32')} ({n})" if p else "fp32"
+
+
 def _table(rows):
     old = [r for r in rows if "quiet_ms" not in r]
     rows = [r for r in rows if "quiet_ms" in r]
@@ -240,8 +264,8 @@ def _table(rows):
                   "| model | input | graphselect ms (x ORT) | onnxruntime ms | greedy / graphselect | uniform x ORT | "
                   "predicted ms | error vs quiet | error vs median | optimize's check: error vs quiet | "
                   "returned / fastest built | rounds | optimize s (measure, select) | max rel err | OpenVINO x ORT | "
-                  "DeepSparse x ORT |",
-                  "|" + "---|" * 16]
+                  "DeepSparse x ORT | precision (bf16 layers) | graphselect fp32 x ORT | OpenVINO default x ORT |",
+                  "|" + "---|" * 19]
         for r in rows:
             p = r["predicted_ms"]["graphselect"]
             chk = r.get("optimize_check_ms") or {}
@@ -257,7 +281,11 @@ def _table(rows):
                 f"{r['optimize_s']:.0f} ({st.get('measure', float('nan')):.0f}, {st.get('select', float('nan')):.0f}) | "
                 f"{r['max_rel_err']:.1e} | "
                 + "".join(f"{r['ratio_to_ort'][k]:.3f} | " if k in r["ratio_to_ort"] else "— | "
-                          for k in ("openvino", "deepsparse")))
+                          for k in ("openvino", "deepsparse"))
+                + f"{_precision(r)} | "
+                + (f"{r['ratio_to_ort']['graphselect-fp32']:.3f} | " if "graphselect-fp32" in r["ratio_to_ort"] else "— | ")
+                + (f"{r['ratio_to_ort']['openvino-default']:.3f} ({r['peer_precision'].get('openvino-default')}) | "
+                   if "openvino-default" in r["ratio_to_ort"] else "— | "))
         eq = [abs(_err(r["predicted_ms"]["graphselect"], r["quiet_ms"]["graphselect"])) for r in rows]
         em = [abs(_err(r["predicted_ms"]["graphselect"], r["ms"]["graphselect"])) for r in rows]
         worst = max(r["returned_over_fastest"] or 1.0 for r in rows)

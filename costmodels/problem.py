@@ -6,6 +6,12 @@ names the layout it needs on each input port and the layout it produces. An edge
 tensor from a producer's output to a consumer's input port; converting between two different
 layouts costs the measured ``layout_transform`` time, and a missing pair is impossible.
 
+Precision is a per-choice property with one global budget: a lower-precision choice carries
+``Choice.error``, its estimated contribution to the network's relative output error, and an
+assignment is admissible only while the sum over its choices stays within
+``Problem.error_budget`` (None: no budget; fp32 choices carry 0). The sum is a first-order model
+(per-layer errors add); the closed loop checks it against the built network's measured error.
+
 Cache residency is one global decision: when the chosen choices' weights and workspaces plus the
 live activations fit ``Problem.cache_bytes``, every node runs at its warm time, otherwise at its
 cold time (``Problem.resident`` and ``Problem.evaluate``). ``Problem.partial`` grades the step
@@ -29,6 +35,7 @@ class Choice:
     warm_cost: float | None = None   # ms with weights warm in cache (None: same as cost)
     weight_bytes: int = 0
     workspace_bytes: int = 0
+    error: float = 0.0               # estimated relative output error it adds (lower precision)
 
     def time(self, warm: bool) -> float:
         """ms under the given cache state; an unusable choice (cost inf) stays unusable warm."""
@@ -78,8 +85,11 @@ class Problem:
     # beyond cache_bytes: (footprint cap in bytes, warm share) steps, caps increasing, shares in
     # [0, 1] not increasing; a footprint above the last cap runs cold. () : the plain budget.
     partial: tuple[tuple[int, float], ...] = ()
+    error_budget: float | None = None  # the most sum(Choice.error) an assignment may carry; None: any
 
     def __post_init__(self):
+        if self.error_budget is not None and not self.error_budget >= 0:
+            raise ValueError(f"error_budget must be >= 0 or None, got {self.error_budget!r}")
         if self.cache_bytes is not None and self.cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0 or None, got {self.cache_bytes!r}")
         if self.activation_bytes < 0:
@@ -107,6 +117,14 @@ class Problem:
         return self.activation_bytes + sum(
             ch.weight_bytes + ch.workspace_bytes
             for ch in (self.nodes[i].choices[k] for i, k in enumerate(choice)))
+
+    def error(self, choice: tuple[int, ...] | list[int]) -> float:
+        """The estimated relative output error of a choice: its choices' errors summed."""
+        return sum(self.nodes[i].choices[k].error for i, k in enumerate(choice))
+
+    def admissible(self, choice: tuple[int, ...] | list[int]) -> bool:
+        """True iff the choice's :meth:`error` fits the budget (always without one)."""
+        return self.error_budget is None or self.error(choice) <= self.error_budget * (1 + 1e-9)
 
     def resident(self, choice: tuple[int, ...] | list[int]) -> bool:
         """True iff a cache budget is set and :meth:`footprint` fits it."""

@@ -31,6 +31,7 @@ class Option:
     family: str = ""                          # conv candidate family; "" for every other layer
     weight_bytes: int = 0
     workspace_bytes: int = 0
+    precision: str = "fp32"                   # what its kernel computes in
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,11 @@ class EdgeTable:
 class Timing:
     cold_ms: float                            # math.inf: the kernel failed or was rejected
     warm_ms: float
+    rel_err: float | None = None              # its output's error against the float64 reference (checked kernels)
+
+
+# A lower-precision option whose kernel has no measured error counts as this: it never fits a budget.
+UNKNOWN_ERROR = 1.0
 
 
 class MissingMeasurement(ValueError):
@@ -68,13 +74,15 @@ def _get(timings: Mapping[Key, Timing], key: Key, where: str) -> Timing:
 def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timings: Mapping[Key, Timing], *,
                   cache_bytes: int | None = None, partial: tuple[tuple[int, float], ...] = (),
                   activation_bytes: int = 0, calibration: Calibration | None = None,
-                  model: str = "") -> Problem:
+                  model: str = "", error_budget: float | None = None) -> Problem:
     """The Problem of ``layers`` and ``edges`` priced by ``timings``.
 
     Without ``calibration`` an option costs its records' times as measured alone (cold: weights
     flushed; warm). With one, conv kernels follow ``calibration.kernel`` and every other cost
     (op layers, unfused epilogues, layout transforms) ``calibration.other`` for ``model``, and
-    the residency budget and steps are stretched by the fitted capacity.
+    the residency budget and steps are stretched by the fitted capacity. A lower-precision
+    option's ``Choice.error`` is its kernel's measured error (``Timing.rel_err``), which
+    ``error_budget`` bounds in sum.
 
     Raises
     ------
@@ -98,9 +106,11 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
     for lt in layers:
         choices = []
         for opt in lt.options:
-            cold = warm = 0.0
+            cold = warm = err = 0.0
             if opt.kernel is not None:
                 t = _get(timings, opt.kernel, f"layer {lt.name}, option {opt.name}")
+                if opt.precision != "fp32":
+                    err = UNKNOWN_ERROR if t.rel_err is None else t.rel_err
                 if not (math.isfinite(t.cold_ms) and math.isfinite(t.warm_ms)):
                     cold = warm = math.inf
                 elif opt.family:
@@ -112,7 +122,7 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
                 c, w = cal.other(model, t.cold_ms, t.warm_ms)
                 cold, warm = cold + c, warm + w
             choices.append(Choice(opt.name, cold, opt.in_layouts, opt.out_layout, warm_cost=warm,
-                                  weight_bytes=opt.weight_bytes, workspace_bytes=opt.workspace_bytes))
+                                  weight_bytes=opt.weight_bytes, workspace_bytes=opt.workspace_bytes, error=err))
         nodes.append(Node(lt.name, tuple(choices)))
     out_edges = []
     for e in edges:
@@ -122,7 +132,7 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
             tr[pair] = cal.other(model, t.cold_ms, t.warm_ms)[0] if math.isfinite(t.cold_ms) else math.inf
         out_edges.append(Edge(e.src, e.dst, e.port, tr))
     return Problem(tuple(nodes), tuple(out_edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes,
-                   partial=tuple(partial) if cache_bytes is not None else ())
+                   partial=tuple(partial) if cache_bytes is not None else (), error_budget=error_budget)
 
 
 def option_keys(layers, edges) -> set[Key]:

@@ -126,7 +126,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
              benchmark_runs: int = 30, timing=None, progress: Progress | None = None,
              name: str | None = None, cache_budget: int | str | None = "auto", max_rounds: int | None = None,
              workers: int | None = None, rpc_tracker: str | None = None, rpc_key: str | None = None,
-             rpc_sessions: int = 1, cross_cc: str | None = None) -> OptimizeResult:
+             rpc_sessions: int = 1, cross_cc: str | None = None, precision: str = "fp32",
+             tolerance: float | None = None) -> OptimizeResult:
     """Optimize an ONNX CNN for this CPU, or for the devices behind a TVM RPC tracker.
 
     Parameters
@@ -175,6 +176,17 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     cross_cc : str, optional
         The C compiler that links libraries for the target (default: ``<triple>-gcc`` on PATH
         for another architecture, the host's otherwise).
+    precision : {"fp32", "bf16", "auto"}
+        "fp32" (default): every kernel in float32, as the model says. "bf16": bf16 kernels with
+        fp32 accumulation are candidates beside the fp32 ones wherever the CPU has AVX512-BF16,
+        chosen where faster; the network's error against fp32 is measured and reported. "auto":
+        the same candidates, with each layer's precision chosen so that the built network's
+        measured error stays within ``tolerance`` (the selection re-solves with a tighter error
+        budget when a built network misses it).
+    tolerance : float, optional
+        The accuracy budget of a lower-precision network: the largest max |y - y_fp32| / max
+        |y_fp32| over its outputs on the sample inputs (default ``pipeline.DEFAULT_TOLERANCE``,
+        2e-2).
 
     Returns
     -------
@@ -193,7 +205,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                           time_limit=time_limit, verify=verify, benchmark_runs=benchmark_runs, timing=timing,
                           progress=progress, name=name, cache_budget=cache_budget, max_rounds=max_rounds,
                           workers=workers, rpc_tracker=rpc_tracker, rpc_key=rpc_key, rpc_sessions=rpc_sessions,
-                          cross_cc=cross_cc)
+                          cross_cc=cross_cc, precision=precision,
+                          tolerance=pipeline.DEFAULT_TOLERANCE if tolerance is None else tolerance)
     clock = pipeline.Stopwatch()
     imported = pipeline.load(model, s, input_shape)
     pipeline.check_solver(imported, s)

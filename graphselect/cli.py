@@ -105,7 +105,7 @@ def cmd_optimize(a) -> int:
                        time_limit=a.time_limit, verify=not a.no_verify, benchmark_runs=a.runs,
                        progress=prog, name=name, cache_budget=_parse_budget(a.cache_budget),
                        rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_sessions=a.rpc_sessions,
-                       cross_cc=a.cross_cc)
+                       cross_cc=a.cross_cc, precision=a.precision, tolerance=a.tolerance)
     finally:
         prog.close()
     paths = res.export(outdir)
@@ -258,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--cache-budget", default="auto",
                    help="bytes of cache the weights may stay resident in (auto: from the CPU; off: always cold)")
     o.add_argument("--families", help="comma-separated candidate families (default: all)")
+    o.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+                   help="fp32 (default, exact); bf16: bf16 kernels (fp32 accumulation) wherever they are faster, "
+                        "on CPUs with AVX512-BF16; auto: per layer, keeping the network within --tolerance")
+    o.add_argument("--tolerance", type=float, default=None,
+                   help="largest relative output error against fp32 a lower-precision network may have "
+                        "(max |y - y_fp32| / max |y_fp32|; default 2e-2)")
     o.add_argument("--cache", help="record store path (default: the user's cache folder)")
     o.add_argument("--no-cache", action="store_true", help="keep measurements in memory only")
     o.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds")

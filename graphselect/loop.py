@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +30,7 @@ MAX_ALTERNATIVES = 2     # other residency levels' best assignments built in rou
 # decides, and building it would chase noise.
 CONVERGED = 0.01
 INNET_SECONDS = 3.0     # an in-place timing session runs at least this long (up to 40 rounds)
+ERROR_ROUNDS = 3        # --precision auto without in-place timing: solves to bring the error within tolerance
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Round:
     predicted_ms: dict                 # label -> prediction under this round's Problem (built ones)
     measured_ms: dict                  # label -> plain end-to-end ms, networks timed after this round's solve
     new: tuple[str, ...]               # labels built in this round
+    error_budget: float | None = None  # the estimated-error budget this round solved with (--precision auto)
+    errors: dict = field(default_factory=dict)   # label -> measured relative error against fp32 (new ones)
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,49 @@ class Selection:
     innet: dict                        # label -> measure.innet.NetworkTiming (latest)
     rounds: tuple[Round, ...]
     converged: bool
+    accuracy: object = None            # _Accuracy: measured errors of the built networks (lower precision)
 
     def by_label(self, label: str) -> Built:
         return next(b for b in self.built if b.label == label)
+
+
+@dataclass
+class _Accuracy:
+    """The built networks' errors against the fp32 reference, and what they say of the error
+    model: an assignment's estimated error is the sum of its kernels' errors alone
+    (``Problem.error``), and ``ratio`` is the largest measured / estimated seen (1 until a
+    network has been measured). With ``--precision auto`` the budget is tolerance / ratio."""
+    s: Settings
+    xs: list
+    ref: object                        # measure.reference.Reference on xs
+    errors: dict = field(default_factory=dict)       # label -> measured relative error
+    estimated: dict = field(default_factory=dict)    # label -> Problem.error of its choice
+    ratios: list = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return max(self.ratios) if self.ratios else 1.0
+
+    def budget(self) -> float | None:
+        return self.s.tolerance / self.ratio if self.s.precision == "auto" else None
+
+    def measure(self, imported: Imported, b: Built, isolated) -> float:
+        got = pipeline.networks([b], self.s)[b.label].run(self.xs)
+        e = pipeline.output_error(got, self.ref.outputs, imported.prepared.output_names, b.label, self.ref.name)
+        est = isolated.error(b.choice)
+        self.errors[b.label], self.estimated[b.label] = e, est
+        if est > 0:
+            self.ratios.append(e / est)
+        return e
+
+    def ok(self, label: str) -> bool:
+        """Whether a built network may be returned: within tolerance (auto), or any (bf16)."""
+        return self.s.precision != "auto" or self.errors[label] <= self.s.tolerance
+
+    def as_dict(self) -> dict:
+        return {"precision": self.s.precision, "tolerance": self.s.tolerance, "reference": self.ref.name,
+                "ratio": self.ratio if self.ratios else None, "errors": dict(self.errors),
+                "estimated": dict(self.estimated)}
 
 
 def select(imported: Imported, measured: Measured, m: Machine, s: Settings, store) -> Selection:
@@ -74,8 +117,13 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     converged = False
     x = pipeline.inputs(imported)
     probe = pipeline.load_probe(s, store) if s.max_rounds else None
-    for r in range(max(1, s.max_rounds)):
-        prob = pipeline.problem(imported, measured, m, cal)
+    acc = _Accuracy(s, x, pipeline.reference_for(imported, s, x)) if s.precision != "fp32" else None
+    if acc is not None:
+        known = [c for c in known if isolated.error(c) <= (acc.budget() or float("inf"))]
+    limit = max(1, s.max_rounds, ERROR_ROUNDS if s.precision == "auto" else 0)
+    for r in range(limit):
+        budget = acc.budget() if acc is not None else None
+        prob = pipeline.problem(imported, measured, m, cal, budget)
         sol = pipeline.solve(prob, s.solver, s.time_limit)
         if r == 0 and known:
             # an assignment timed by an earlier run and within noise of the optimum is taken instead:
@@ -90,7 +138,8 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             (s.solver if r == 0 else f"{s.solver} (round {r})")
         s.progress("solve", r, max(1, s.max_rounds), f"round {r}: {s.solver} predicts {sol.cost:.3f} ms "
                    f"({'optimal' if sol.optimal else 'not proven optimal'})")
-        best = min(built, key=lambda b: prob.evaluate(b.choice)) if built else None
+        usable = [b for b in built if acc is None or acc.ok(b.label)]
+        best = min(usable, key=lambda b: prob.evaluate(b.choice)) if usable else None
         close = best is not None and prob.evaluate(best.choice) <= sol.cost * (1 + CONVERGED)
         want = [] if tuple(sol.choice) in have or close else [(label, sol)]
         if r == 0 and s.max_rounds:
@@ -107,14 +156,21 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         predicted.update({lb: prob.evaluate(a.choice) for lb, a in want})
         if not want:
             converged = True
-            rounds.append(Round(r, cal.as_dict(), label, predicted, {}, ()))
+            rounds.append(Round(r, cal.as_dict(), label, predicted, {}, (), budget))
             break
+        errors = {}
         for k, (lb, a) in enumerate(want):
             s.progress("build", k, len(want), f"compiling the {lb} selection")
             built.append(pipeline.build(imported, measured, lb, a, s))
+            if acc is not None:
+                errors[lb] = acc.measure(imported, built[-1], isolated)
+                s.progress("build", k, len(want), f"{lb}: max relative error {errors[lb]:.2e} against the fp32 "
+                           f"reference (estimated {acc.estimated[lb]:.2e}, tolerance {s.tolerance:g})")
         if not s.max_rounds:            # no in-network timing: the isolated objective decides
-            rounds.append(Round(r, cal.as_dict(), label, predicted, {}, tuple(lb for lb, _ in want)))
-            break
+            rounds.append(Round(r, cal.as_dict(), label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))
+            if acc is None or acc.ok(built[len(built) - len(want)].label):
+                break
+            continue                    # auto: the solver's network missed the tolerance; solve again, tighter
         s.progress("loop", r, s.max_rounds, f"round {r}: timing {len(built)} network(s) kernel by kernel")
         timed = _time(built, x, s, probe)
         innet.update(timed)
@@ -127,20 +183,28 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         nets, kobs = fresh_nets + nets, fresh_k + kobs          # newest first, as the store keeps them
         cal = _fit(nets, kobs, measured, m)
         rounds.append(Round(r, cal.as_dict(), label, predicted, {lb: t.e2e_ms for lb, t in timed.items()},
-                            tuple(lb for lb, _ in want)))
+                            tuple(lb for lb, _ in want), budget, errors))
     if probe is not None:
         pipeline.keep_quiet(s, store, probe)
-    prob = pipeline.problem(imported, measured, m, cal)
+    prob = pipeline.problem(imported, measured, m, cal, acc.budget() if acc is not None else None)
     final = pipeline.solve(prob, s.solver, s.time_limit) if s.max_rounds else None
-    have = {b.choice: b for b in built}
+    if acc is not None and not any(acc.ok(b.label) for b in built):
+        # no network within the tolerance: the all-fp32 one (error budget 0) is
+        fp32 = pipeline.solve(pipeline.problem(imported, measured, m, cal, 0.0), s.solver, s.time_limit)
+        lb = f"{s.solver} (fp32)"
+        s.progress("build", 0, 1, f"compiling the {lb} selection: no lower-precision network met the tolerance")
+        built.append(pipeline.build(imported, measured, lb, fp32, s))
+        acc.measure(imported, built[-1], isolated)
+    usable = [b for b in built if acc is None or acc.ok(b.label)]
+    have = {b.choice: b for b in usable}
     if final is not None and tuple(final.choice) in have:
         chosen = have[tuple(final.choice)]
         converged = True
     elif final is not None:             # the best measured one (within CONVERGED, or rounds used up)
-        chosen = min(built, key=lambda b: prob.evaluate(b.choice))
+        chosen = min(usable, key=lambda b: prob.evaluate(b.choice))
         converged = converged or prob.evaluate(chosen.choice) <= final.cost * (1 + CONVERGED)
     else:
-        chosen = built[0]
+        chosen = usable[-1] if acc is not None and not acc.ok(built[0].label) else built[0]
     cost = prob.evaluate(chosen.choice)
     if final is not None:     # optimal when it is the final solve's own choice, else its gap to it
         exact = tuple(final.choice) == chosen.choice
@@ -151,7 +215,8 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         sol = Assignment(chosen.choice, cost, chosen.assignment.method, chosen.assignment.optimal,
                          chosen.assignment.seconds, chosen.assignment.gap,
                          prob.resident(chosen.choice) if prob.cache_bytes is not None else None)
-    return Selection(isolated, prob, cal, sol, chosen.label, greedy, tuple(built), innet, tuple(rounds), converged)
+    return Selection(isolated, prob, cal, sol, chosen.label, greedy, tuple(built), innet, tuple(rounds), converged,
+                     acc)
 
 
 def _time(built: list[Built], x, s: Settings, probe) -> dict:

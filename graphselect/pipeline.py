@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int, str], None]   # (stage, done, total, message)
 TOLERANCE = 1e-4      # max |tvm - onnxruntime| / max |onnxruntime|
 SOLVERS = ("cp-sat", "greedy", "dp", "brute", "pbqp")
+PRECISION_MODES = ("fp32", "bf16", "auto")
+# --tolerance: the largest max |y - y_fp32| / max |y_fp32| over the outputs a lower-precision
+# network may have against the fp32 reference on the sample inputs
+DEFAULT_TOLERANCE = 2e-2
 
 
 def _quiet(*_a, **_k):
@@ -47,16 +52,23 @@ class Settings:
     name: str | None = None
     rpc: object = None                 # measure.rpc.RpcConfig: measure and run on the tracker's devices
     cc: str | None = None              # the C compiler that links libraries for the target (cross)
+    precision: str = "fp32"            # fp32 | bf16 (lower precision wherever faster) | auto (within tolerance)
+    tolerance: float = DEFAULT_TOLERANCE
 
     @property
     def remote(self) -> bool:
         return self.rpc is not None
 
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions candidates may compute in."""
+        return ("fp32",) if self.precision == "fp32" else ("fp32", "bf16")
+
 
 def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cache=True, time_limit=30.0,
              verify=True, benchmark_runs=30, timing=None, progress=None, name=None, cache_budget="auto",
              workers=None, max_rounds=None, innet_rounds=8, rpc_tracker=None, rpc_key=None, rpc_sessions=1,
-             cross_cc=None) -> Settings:
+             cross_cc=None, precision="fp32", tolerance=DEFAULT_TOLERANCE) -> Settings:
     """Validate the options and fix this process's TVM thread count (with ``rpc_tracker``: ask
     the key's devices what they are instead)."""
     import tvm
@@ -95,6 +107,7 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
         raise GraphSelectError("the dp solver is exact only without the cache term (residency is a whole-graph "
                                "term that breaks its independence); pass --cache-budget off with --solver dp, "
                                "or use cp-sat")
+    _check_precision(spec, precision, tolerance, solver, families)
     _check_hardware_file()
     if device is None:
         _fix_threads(spec.threads)
@@ -114,7 +127,33 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
                     verify=verify, benchmark_runs=int(benchmark_runs), timing=timing or TimingConfig(),
                     cache_budget=cache_budget, workers=int(workers or min(2, os.cpu_count() or 1)),
                     max_rounds=int(max_rounds), innet_rounds=int(innet_rounds), progress=progress or _quiet,
-                    name=name, rpc=rpc_cfg, cc=cc)
+                    name=name, rpc=rpc_cfg, cc=cc, precision=precision, tolerance=float(tolerance))
+
+
+def _check_precision(spec, precision, tolerance, solver, families) -> None:
+    """Refuse a precision the target cannot compute in, a tolerance that is no budget, and
+    lower-precision families without a precision that allows them."""
+    from . import candidates
+    if precision not in PRECISION_MODES:
+        raise GraphSelectError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISION_MODES)}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
+        raise GraphSelectError(f"tolerance must be a relative error between 0 and 1 (e.g. {DEFAULT_TOLERANCE:g}), "
+                               f"got {tolerance!r}")
+    lowp = sorted(f for f in families or () if f in candidates.FAMILIES and candidates.precision_of(f) != "fp32")
+    if precision == "fp32" and lowp:
+        raise GraphSelectError(f"famil{'ies' if len(lowp) > 1 else 'y'} {', '.join(lowp)} compute in "
+                               f"{candidates.precision_of(lowp[0])}: pass --precision bf16 or auto to use them")
+    if precision == "fp32":
+        return
+    from .candidates.lowp import BF16
+    units = spec.isa.features
+    if BF16 not in units:
+        have = ", ".join(sorted(units)) or "none"
+        raise GraphSelectError(f"--precision {precision} needs a CPU with AVX512-BF16 (vdpbf16ps); the target "
+                               f"{spec.key} has none (its lower-precision units: {have}); use --precision fp32")
+    if precision == "auto" and solver not in ("cp-sat", "brute"):
+        raise GraphSelectError(f"--precision auto keeps the error within --tolerance, which only the cp-sat and "
+                               f"brute solvers enforce, not {solver}; use --solver cp-sat or --precision bf16")
 
 
 def _device_target(target, device):
@@ -240,7 +279,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     from .measure import plan as plan_mod
     from .measure.local import REFERENCE, stale
     from .measure.run import measure as run
-    plan = plan_mod.make_plan(imported.lg, s.target, s.families)
+    plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
     keys = {j.key: j for j in plan.jobs}
     ref = store.get(s.ctx, *REFERENCE, "")
     quiet = ref.cold_ms if ref is not None else None
@@ -256,7 +295,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                runner=runner(s, probe), cc=s.cc, clock=clock, progress=lambda d, n, m: s.progress("measure", d, n, m))
     if probe is not None:
         keep_quiet(s, store, probe)
-    timings = {k: Timing(m.cold_ms, m.warm_ms) for k, m in meas.items()}
+    timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
                     {k: round(v, 2) for k, v in clock.items()})
@@ -298,7 +337,7 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
     from .measure.local import REFERENCE, stale
     from .measure.run import measure as run
     imported = load(model, s, input_shape)
-    plan = plan_mod.make_plan(imported.lg, s.target, s.families)
+    plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
     ref = store.get(s.ctx, *REFERENCE, "")
     quiet = ref.cold_ms if ref is not None else None
     jobs, old = [], {}
@@ -355,14 +394,15 @@ def machine(s: Settings, store) -> Machine:
     return Machine(budget, steps, hardware)
 
 
-def problem(imported: Imported, measured: Measured, m: Machine, calibration=None):
-    """The Problem of this model on this machine (``calibration``: see costmodels.calibration)."""
+def problem(imported: Imported, measured: Measured, m: Machine, calibration=None, error_budget=None):
+    """The Problem of this model on this machine (``calibration``: see costmodels.calibration;
+    ``error_budget``: the most estimated relative output error lower precision may add)."""
     from costmodels.table import MissingMeasurement, build_problem
     plan = measured.plan
     try:
         return build_problem(plan.layers, plan.edges, measured.timings, cache_bytes=m.budget, partial=m.steps,
                              activation_bytes=plan.activation_bytes, calibration=calibration,
-                             model=imported.model_key)
+                             model=imported.model_key, error_budget=error_budget)
     except MissingMeasurement as e:
         raise GraphSelectError(str(e)) from None
 
@@ -373,7 +413,7 @@ def check_solver(imported: Imported, s: Settings) -> None:
         import math
         from .measure import plan as plan_mod
         from .solve.brute import MAX_COMBINATIONS
-        plan = plan_mod.make_plan(imported.lg, s.target, s.families)
+        plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
         size = math.prod(len(lt.options) for lt in plan.layers)
         if size > MAX_COMBINATIONS:
             raise GraphSelectError(f"brute force would try {size:.3g} assignments of this model (at most "
@@ -485,6 +525,7 @@ class Checked:
     measured_ms: dict                  # label (and "onnxruntime") -> median ms
     reference: str = ""                # what the outputs were checked against (measure.reference)
     reference_note: str = ""           # why onnxruntime on the model as given was not the reference
+    samples: dict | None = None        # lower precision: the returned network on SAMPLES inputs (agreement())
 
 
 CHECK_SECONDS = 3.0    # the built networks are compared for at least this long (pauses not counted)
@@ -508,18 +549,23 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
     errs: dict[str, float] = {}
     ref = None
     if s.verify or s.benchmark_runs:
-        from .measure.reference import reference
         s.progress("verify", 0, 1, "running the reference")
-        ref = reference(_with_shape(imported.original, prep), feeds, s.spec.threads)
-    nets = _networks(built, s) if s.verify or s.benchmark_runs else {}
+        ref = reference_for(imported, s, xs)
+    nets = networks(built, s) if s.verify or s.benchmark_runs else {}
+    samples = None
     if s.verify:
         where = f" on the RPC device ({s.rpc.key})" if s.remote else ""
         s.progress("verify", 0, 1, f"comparing every output{where} with {ref.name}")
+        # a lower-precision network is held to --tolerance by the selection (auto) or reported
+        # against it (bf16); here only a gross error is a failure
+        tol = TOLERANCE if s.precision == "fp32" else LOWP_SANITY
         for b in built:
             got = nets[b.label].run(xs)
-            errs[b.label] = compare_outputs(got, ref.outputs, prep.output_names, b.label, ref.name)
+            errs[b.label] = compare_outputs(got, ref.outputs, prep.output_names, b.label, ref.name, tol)
+        if s.precision != "fp32":
+            samples = agreement(nets[chosen], imported, s)
     if not s.benchmark_runs:
-        return Checked(errs, None, None, {}, ref.name if ref else "", ref.why if ref else "")
+        return Checked(errs, None, None, {}, ref.name if ref else "", ref.why if ref else "", samples)
     from .measure.e2e import compare, ort_runner
     versus = ref.timeable and not s.remote
     s.progress("benchmark", 0, 1, f"timing end to end ({len(built)} network(s)"
@@ -537,7 +583,7 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
     measured = {k: ts.median(k) for k in fns} if ts is not None else {chosen: vs.median(chosen)}
     if vs is not None:
         measured["onnxruntime"] = vs.median("onnxruntime")
-    return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why)
+    return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why, samples)
 
 
 class _LocalNetwork:
@@ -558,7 +604,39 @@ class _LocalNetwork:
         return vm_runner(self.executable, xs)
 
 
-def _networks(built: list[Built], s: Settings) -> dict:
+def reference_for(imported: Imported, s: Settings, xs):
+    """The fp32 reference (``measure.reference``) run on the inputs ``xs``."""
+    from .measure.reference import reference
+    prep = imported.prepared
+    return reference(_with_shape(imported.original, prep), dict(zip(prep.input_names, xs)), s.spec.threads)
+
+
+SAMPLES = 8            # inputs a lower-precision network's error and top-1 agreement are measured on
+LOWP_SANITY = 0.5      # a lower-precision network further than this from the reference is broken
+
+
+def agreement(net, imported: Imported, s: Settings) -> dict:
+    """A network against the fp32 reference on :data:`SAMPLES` random inputs (seeds 1..): the
+    largest relative error over them and every output, and how often the first output's arg max
+    over its last axis (top-1, for a classifier) is the reference's."""
+    prep = imported.prepared
+    worst, same, total = 0.0, 0, 0
+    for seed in range(1, SAMPLES + 1):
+        from .runtime import random_inputs
+        xs = random_inputs(prep.input_shapes, seed=seed)
+        ref = reference_for(imported, s, xs)
+        got = net.run(xs)
+        worst = max(worst, output_error(got, ref.outputs, prep.output_names, "", ref.name))
+        g, w = np.asarray(got[0]), np.asarray(ref.outputs[0])
+        if g.ndim >= 1 and g.shape[-1] > 1:
+            a, b = g.reshape(-1, g.shape[-1]).argmax(-1), w.reshape(-1, w.shape[-1]).argmax(-1)
+            same += int((a == b).sum())
+            total += a.size
+    return {"inputs": SAMPLES, "max_rel_error": worst, "top1_agree": same, "top1_total": total,
+            "top1_agreement": same / total if total else None}
+
+
+def networks(built: list[Built], s: Settings) -> dict:
     """label -> the built network loaded where it runs: this machine, or an RPC device."""
     if not s.remote:
         return {b.label: _LocalNetwork(b.executable) for b in built}
@@ -567,9 +645,14 @@ def _networks(built: list[Built], s: Settings) -> dict:
     return {b.label: RemoteNetwork(sess, b.executable, s.cc, b.library) for b in built}
 
 
-def compare_outputs(got: list, want, names, label: str, ref_name: str) -> float:
+def compare_outputs(got: list, want, names, label: str, ref_name: str, tolerance: float = TOLERANCE) -> float:
     """The max relative error over all outputs (each against its own largest magnitude);
-    BuildError when the outputs' number or shapes differ or an error exceeds TOLERANCE."""
+    BuildError when the outputs' number or shapes differ or an error exceeds ``tolerance``."""
+    return output_error(got, want, names, label, ref_name, tolerance)
+
+
+def output_error(got: list, want, names, label: str, ref_name: str, tolerance: float = math.inf) -> float:
+    """:func:`compare_outputs` with no tolerance by default (a non-finite error still fails)."""
     want = [np.asarray(w) for w in want]
     if len(got) != len(want):
         raise BuildError(f"the {label} selection returns {len(got)} output(s), {ref_name} {len(want)}")
@@ -580,9 +663,9 @@ def compare_outputs(got: list, want, names, label: str, ref_name: str) -> float:
         if w.size == 0:
             continue
         e = float(np.abs(g.astype(np.float64) - w).max() / max(float(np.abs(w).max()), 1e-30))
-        if not np.isfinite(e) or e > TOLERANCE:
+        if not np.isfinite(e) or e > tolerance:
             raise BuildError(f"output '{name}' of the {label} selection differs from {ref_name}: max relative "
-                             f"error {e:.2e} > {TOLERANCE:g}")
+                             f"error {e:.2e} > {tolerance:g}")
         worst = max(worst, e)
     return worst
 

@@ -25,6 +25,8 @@ class VectorIsa:
     """What the candidate grids assume of the target's SIMD unit."""
     lanes: int           # float32 lanes of one vector register
     registers: int       # vector registers
+    # lower-precision units, named as lscpu names them: avx512_bf16, avx512_vnni, amx_bf16, amx_int8
+    features: frozenset = frozenset()
 
 
 AVX512 = VectorIsa(16, 32)       # what the grids assume when no target is given
@@ -69,7 +71,7 @@ class TargetSpec:
 
     @property
     def isa(self) -> VectorIsa:
-        return vector_isa(self.arch, self.mcpu, self.mattr)
+        return isa_of(self.tvm_target())
 
 
 # x86 CPUs LLVM knows with AVX-512 (16 float lanes, 32 registers) or AVX2 (8 lanes, 16 registers)
@@ -95,12 +97,46 @@ def vector_isa(arch: str, mcpu: str, mattr=()) -> VectorIsa:
 
 
 def isa_of(target) -> VectorIsa:
-    """The SIMD unit of a ``tvm.target.Target`` (llvm), from its triple, CPU and -mattr."""
+    """The SIMD unit of a ``tvm.target.Target`` (llvm), from its triple, CPU and -mattr, with the
+    lower-precision units it has (:func:`precision_units`)."""
+    import dataclasses
     attrs = target.attrs
     triple = str(attrs["mtriple"]) if "mtriple" in attrs else host_triple()
     mcpu = str(attrs["mcpu"]) if "mcpu" in attrs else host_cpu()
     mattr = tuple(str(a) for a in attrs["mattr"]) if "mattr" in attrs else ()
-    return vector_isa(arch_of(triple), mcpu, mattr)
+    isa = vector_isa(arch_of(triple), mcpu, mattr)
+    return dataclasses.replace(isa, features=precision_units(target, here=arch_of(triple) == arch_of(host_triple())
+                                                             and mcpu == host_cpu()))
+
+
+# LLVM's feature names of the lower-precision units -> the names lscpu (and graphselect) use
+_UNITS = {"avx512bf16": "avx512_bf16", "avx512vnni": "avx512_vnni", "amx-bf16": "amx_bf16", "amx-int8": "amx_int8"}
+
+
+def precision_units(target, here: bool) -> frozenset:
+    """The lower-precision units of an x86 ``target`` as LLVM knows its CPU and -mattr. For this
+    machine (``here``) only those the kernel also lists in /proc/cpuinfo: a hypervisor may hide a
+    unit the CPU model has (AMX tile data needs the OS's consent too)."""
+    import tvm.target.codegen as cg
+    if str(target.kind.name) != "llvm":
+        return frozenset()
+    units = {ours for llvm, ours in _UNITS.items() if cg.target_has_features(llvm, target)}
+    if here and units:
+        units &= cpu_flags()
+    return frozenset(units)
+
+
+@lru_cache(maxsize=None)
+def cpu_flags() -> frozenset:
+    """This machine's CPU flags (/proc/cpuinfo), empty where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 @lru_cache(maxsize=None)

@@ -18,22 +18,28 @@ HERE = Path(__file__).resolve().parent
 DEEPSPARSE_VENV = Path.home() / ".cache" / "graphselect" / "deepsparse-venv"
 
 
-def openvino_runner(model, x, threads: int):
-    """OpenVINO's CPU plugin on ``x`` (latency hint, f32, ``threads`` inference threads)."""
+def openvino_runner(model, x, threads: int, precision: str | None = "f32"):
+    """OpenVINO's CPU plugin on ``x`` (latency hint, ``threads`` inference threads), computing in
+    ``precision`` (``INFERENCE_PRECISION_HINT``), or with None in what OpenVINO picks by default
+    for this CPU (bf16 where it has AMX or AVX512-BF16); ``fn.precision`` says which it ran."""
     try:
         import openvino as ov
     except ImportError:
         print("openvino is not installed: no OpenVINO column", file=sys.stderr)
         return None
     core = ov.Core()
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
+    if precision is not None:
+        config["INFERENCE_PRECISION_HINT"] = precision
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "model.onnx"
         path.write_bytes(model.SerializeToString())
-        compiled = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
-                                                         "INFERENCE_PRECISION_HINT": "f32"})
+        compiled = core.compile_model(str(path), "CPU", config)
     req = compiled.create_infer_request()
     fn = lambda: req.infer({0: x})  # noqa: E731
     fn.runtime = "openvino"
+    fn.precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    fn.outputs = lambda: [np.asarray(v) for v in req.infer({0: x}).values()]
     return fn
 
 

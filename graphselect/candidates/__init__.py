@@ -5,16 +5,23 @@ from functools import lru_cache
 
 from ..codehash import source_hash
 from ..graph.layers import ConvSpec
-from . import base, depthwise, direct, nchwc, sparse_csr, winograd
+from . import base, depthwise, direct, nchwc, nchwc_bf16, sparse_csr, winograd, winograd_bf16
 from .base import Candidate
 
-FAMILIES = {m.FAMILY: m for m in (direct, nchwc, depthwise, winograd, sparse_csr)}
+FAMILIES = {m.FAMILY: m for m in (direct, nchwc, depthwise, winograd, sparse_csr, nchwc_bf16, winograd_bf16)}
+PRECISIONS = ("fp32", "bf16")
 
 
-def propose(spec: ConvSpec, families=None, weight=None, isa=None) -> list[Candidate]:
+def precision_of(name: str) -> str:
+    """What a family computes in: fp32 unless its module says otherwise (``PRECISION``)."""
+    return getattr(FAMILIES[name], "PRECISION", "fp32")
+
+
+def propose(spec: ConvSpec, families=None, weight=None, isa=None, precisions=("fp32",)) -> list[Candidate]:
     """Every candidate of every enabled family for one conv layer (families that exploit the
     weights' values, like ``sparse_csr``, need ``weight``), on grids that follow the target's
-    vector unit ``isa`` (a ``target.VectorIsa``; default AVX-512's)."""
+    vector unit ``isa`` (a ``target.VectorIsa``; default AVX-512's); families computing in a
+    precision not in ``precisions`` propose nothing."""
     from ..target import AVX512
     isa = isa or AVX512
     unknown = set(families or ()) - set(FAMILIES)
@@ -24,7 +31,8 @@ def propose(spec: ConvSpec, families=None, weight=None, isa=None) -> list[Candid
                                f"{', '.join(sorted(unknown))}; known: {', '.join(FAMILIES)}")
     out = []
     for name in families or FAMILIES:
-        out.extend(FAMILIES[name].propose(spec, weight, isa))
+        if precision_of(name) in precisions:
+            out.extend(FAMILIES[name].propose(spec, weight, isa))
     return out
 
 
@@ -35,7 +43,8 @@ def family(cand: Candidate):
 @lru_cache(maxsize=None)
 def code_version(name: str) -> str:
     """The version of the code that generates a family's kernels (part of the record key)."""
-    return source_hash(FAMILIES[name], base)
+    fam = FAMILIES[name]
+    return source_hash(fam, base, *getattr(fam, "DEPENDS", ()))
 
 
-__all__ = ["Candidate", "FAMILIES", "propose", "family", "code_version"]
+__all__ = ["Candidate", "FAMILIES", "PRECISIONS", "propose", "family", "code_version", "precision_of"]

@@ -84,6 +84,10 @@ def _lin(coefs, terms):
     return e if e is not None else tvm.tirx.const(0.0, "float32")
 
 
+def _id(v):
+    return v
+
+
 def _sel(idx, exprs):
     import tvm
     r = exprs[-1]
@@ -92,7 +96,9 @@ def _sel(idx, exprs):
     return r
 
 
-def compute(spec: ConvSpec, cand: Candidate):
+def compute(spec: ConvSpec, cand: Candidate, bf16: bool = False):
+    """The Winograd stages; ``bf16``: V and the weights in bf16 (uint16 bits, weights packed
+    (alpha, alpha, K/ob, C/2, ob, 2)) and the GEMM as bf16 dot products into fp32 (``lowp``)."""
     import tvm
     from tvm import te
     m, ib, ob, pt = (cand.param(k) for k in ("m", "ic_bn", "oc_bn", "pt"))
@@ -115,7 +121,11 @@ def compute(spec: ConvSpec, cand: Candidate):
     else:
         data = te.placeholder((N, CB, H, W, ib), name="data")
         load = lambda n, cb, h, w, c: data[n, cb, h, w, c]         # noqa: E731
-    U = te.placeholder((alpha, alpha, KB, C, ob), name="weight")
+    if bf16:
+        from . import lowp
+        U = te.placeholder((alpha, alpha, KB, C // 2, ob, 2), "uint16", name="weight")
+    else:
+        U = te.placeholder((alpha, alpha, KB, C, ob), name="weight")
     pad = te.compute((N, CB, Hp, Wp, ib), lambda n, cb, h, w, c: te.if_then_else(
         tvm.tirx.all(h >= top, h < H + top, w >= left, w < W + left), load(n, cb, h - top, w - left, c), zero),
         name="data_pad")
@@ -127,13 +137,19 @@ def compute(spec: ConvSpec, cand: Candidate):
     T1 = te.compute((N, alpha, Po, CB, pt, alpha, ib), lambda n, e, po, cb, pi, rb, c: _sel(
         e, [_lin(B[:, k], [dval(n, po, cb, pi, ra, rb, c) for ra in range(alpha)]) for k in range(alpha)]),
         name="T1")
-    V = te.compute((N, alpha, alpha, Po, CB, pt, ib), lambda n, e, nu, po, cb, pi, c: _sel(
-        nu, [_lin(B[:, k], [T1[n, e, po, cb, pi, rb, c] for rb in range(alpha)]) for k in range(alpha)]),
+    V = te.compute((N, alpha, alpha, Po, CB, pt, ib), lambda n, e, nu, po, cb, pi, c: (lowp.narrow if bf16 else _id)(
+        _sel(nu, [_lin(B[:, k], [T1[n, e, po, cb, pi, rb, c] for rb in range(alpha)]) for k in range(alpha)])),
         name="V")
     rcb = te.reduce_axis((0, CB), "rcb")
-    rc = te.reduce_axis((0, ib), "rc")
-    M = te.compute((N, alpha, alpha, KB, Po, pt, ob), lambda n, e, nu, kb, po, pi, c: te.sum(
-        V[n, e, nu, po, rcb, pi, rc] * U[e, nu, kb, rcb * ib + rc, c], axis=[rcb, rc]), name="M")
+    if bf16:
+        r2, r1 = te.reduce_axis((0, ib // 2), "rc"), te.reduce_axis((0, 2), "r1")
+        M = te.compute((N, alpha, alpha, KB, Po, pt, ob), lambda n, e, nu, kb, po, pi, c: te.sum(
+            lowp.widen(V[n, e, nu, po, rcb, pi, r2 * 2 + r1]) * lowp.widen(U[e, nu, kb, rcb * (ib // 2) + r2, c, r1]),
+            axis=[rcb, r2, r1]), name="M")
+    else:
+        rc = te.reduce_axis((0, ib), "rc")
+        M = te.compute((N, alpha, alpha, KB, Po, pt, ob), lambda n, e, nu, kb, po, pi, c: te.sum(
+            V[n, e, nu, po, rcb, pi, rc] * U[e, nu, kb, rcb * ib + rc, c], axis=[rcb, rc]), name="M")
 
     def mval(n, kb, p, e, nu, c):
         return M[n, e, nu, kb, p // pt, p % pt, c]
@@ -163,11 +179,11 @@ def compute(spec: ConvSpec, cand: Candidate):
     return te.create_prim_func(args)
 
 
-def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
+def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv", bf16: bool = False):
     from tvm.s_tir import Schedule
     m, ob = cand.param("m"), cand.param("oc_bn")
     nchw = cand.in_layout == layouts.NCHW
-    sch = Schedule(compute(spec, cand))
+    sch = Schedule(compute(spec, cand, bf16))
     # input transform: per (tile block, channel block), T1 then V, vectorized over channels
     sch.compute_inline(sch.get_sblock("data_pad"))
     V, T1 = sch.get_sblock("V"), sch.get_sblock("T1")
@@ -184,20 +200,31 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     sch.parallel(sch.fuse(n, po, cb))
     # batched GEMM: pt tiles x (cot * ob) output channels in registers
     Mb = sch.get_sblock("M")
-    n, e, nu, kb, po, pi, c, rcb, rc = sch.get_loops(Mb)
+    loops = sch.get_loops(Mb)
+    n, e, nu, kb, po, pi, c, rcb, rc = loops[:9]
     KB = spec.out_channels // ob
     cot = max(1, _LANES // ob) if KB % max(1, _LANES // ob) == 0 else 1
     kbo, kbi = sch.split(kb, [None, cot])
-    sch.reorder(n, e, nu, kbo, po, rcb, rc, pi, kbi, c)
+    if bf16:                 # 16-lane bf16 dot products over channel pairs (r1) into fp32
+        from . import lowp
+        lowp.register()
+        cv, c16 = sch.split(c, [None, 16])
+        sch.reorder(n, e, nu, kbo, po, rcb, rc, pi, kbi, cv, c16, loops[9])
+        sch.unroll(cv)
+    else:
+        sch.reorder(n, e, nu, kbo, po, rcb, rc, pi, kbi, c)
     wb = sch.cache_write(Mb, 0, "global")
     sch.reverse_compute_at(wb, po)
-    sch.vectorize(c)
+    if not bf16:
+        sch.vectorize(c)
     sch.unroll(kbi)
     sch.unroll(pi)
     sch.vectorize(sch.get_loops(wb)[-1])
     sch.parallel(sch.fuse(n, e, nu, kbo))
     init = sch.decompose_reduction(Mb, rcb)
     sch.vectorize(sch.get_loops(init)[-1])
+    if bf16:
+        sch.tensorize(c16, lowp.DOT)
     # output transform per output tile, epilogue on the write
     ob_ = sch.get_sblock("epilogue")
     loops = sch.get_loops(ob_)
@@ -229,7 +256,11 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
         sch.unroll(wi)
         sch.vectorize(inner)
     sch.parallel(sch.fuse(*outer))
-    return finish(sch.mod["main"], cand, spec, name)
+    func = finish(sch.mod["main"], cand, spec, name)
+    if bf16:
+        from . import lowp
+        func = lowp.with_llvm_import(func)
+    return func
 
 
 def transform_weight(weight: np.ndarray, m: int, ob: int) -> np.ndarray:

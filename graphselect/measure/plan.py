@@ -79,7 +79,7 @@ def _op_workload(layer: Layer, expr, in_shapes) -> str:
     return f"{layer.op} in={in_shapes} out={layer.out_shape} {a}{tail}"
 
 
-def make_plan(lg: LayerGraph, target, families=None) -> Plan:
+def make_plan(lg: LayerGraph, target, families=None, precisions=("fp32",)) -> Plan:
     from tvm import relax as rx
     func = lg.func
     bindings = list(func.body.blocks[0].bindings)
@@ -106,7 +106,7 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
         opts, objs = [], []
         if layer.kind == "conv":
             spec = layer.conv
-            for c in cand_mod.propose(spec, families, layer.weight, isa):
+            for c in cand_mod.propose(spec, families, layer.weight, isa, precisions):
                 fam = cand_mod.family(c)
                 jobs.append(Job(spec.key, c.key,
                                 (lambda fam=fam, c=c, s=spec: [fam.build(c, s, target, "main")]),
@@ -119,7 +119,7 @@ def make_plan(lg: LayerGraph, target, families=None) -> Plan:
                     extra = ((ep.workload, ep.candidate),)
                 ins = (c.in_layout,) + ((c.out_layout,) if spec.residual else ())
                 opts.append(Option(c.key, ins, c.out_layout, (spec.key, c.key), extra, c.family,
-                                   c.weight_bytes, c.workspace_bytes))
+                                   c.weight_bytes, c.workspace_bytes, cand_mod.precision_of(c.family)))
                 objs.append(c)
             if not opts:
                 from ..errors import GraphSelectError

@@ -7,7 +7,7 @@ import numpy as np
 
 from costmodels.explain import compare
 
-from ..candidates import Candidate
+from ..candidates import Candidate, precision_of
 from ..rewrite.apply import count_transforms
 
 SCHEMA_VERSION = 2
@@ -42,6 +42,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
             c: Candidate = objs[k]
             row.update(workload=layer.conv.key, shape=layer.conv.describe(), epilogue=layer.conv.epilogue,
                        gflop=_r(layer.conv.flops / 1e9, 5), family=c.family, params=dict(c.params),
+                       precision=precision_of(c.family),
                        # dense-equivalent FLOP/s of the chosen kernel alone, warm (Winograd and
                        # sparse kernels count the direct convolution's FLOPs)
                        gflops_warm=_r(layer.conv.flops / 1e6 / ch_iso.time(True), 1) if ch_iso.time(True) else None,
@@ -51,7 +52,8 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
             cands = []
             for opt, obj in zip(opts, objs):
                 m = meas.get(opt.kernel)
-                cands.append({"key": opt.name, "family": obj.family, "in_layout": obj.in_layout,
+                cands.append({"key": opt.name, "family": obj.family, "precision": opt.precision,
+                              "in_layout": obj.in_layout,
                               "out_layout": obj.out_layout, "cold_ms": _r(m.cold_ms) if m else None,
                               "warm_ms": _r(m.warm_ms) if m else None, "error": m.error if m else "not measured",
                               "rel_err": m.rel_err if m else None, "flag": flagged.get(tuple(opt.kernel))})
@@ -73,6 +75,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
     quiet = _quiet(ts, chosen.label) if ts is not None else None
     fastest = ts.fastest([b.label for b in selection.built]) if ts is not None else None
     sol = selection.solution
+    acc = selection.accuracy
     alternatives = []
     for b in selection.built:
         alternatives.append({
@@ -82,8 +85,11 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
             "measured_ms": _r(measured_ms.get(b.label)), "measured_quiet_ms": _r(_quiet(ts, b.label)) if ts else None,
             "relative_to_chosen": _r(ts.ratio(b.label, chosen.label)) if ts is not None else None,
             "max_rel_err": checked.errors.get(b.label), "chosen": b.label == chosen.label,
+            "estimated_rel_err": _r(iso.error(b.choice), 6),
+            "bf16_layers": sum(1 for lt, k in zip(plan.layers, b.choice) if lt.options[k].precision == "bf16"),
             "fastest": b.label == fastest, "footprint_bytes": iso.footprint(b.choice)})
     rounds = [{"round": r.index, "solution": r.solution, "new": list(r.new), "calibration": _rounded(r.calibration),
+               "error_budget": _r(r.error_budget, 6), "errors_vs_fp32": _rounded(r.errors),
                "networks": [{"label": lb, "predicted_ms": _r(p), "measured_ms": _r(r.measured_ms.get(lb)),
                              "error": _r((p - r.measured_ms[lb]) / r.measured_ms[lb])
                              if r.measured_ms.get(lb) else None}
@@ -122,6 +128,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         if checked.versus_ort is not None else None,
         "layout_transforms": count_transforms(chosen.module),
         "max_rel_err": checked.errors.get(chosen.label),
+        "precision": _precision(settings, acc, checked, layers, chosen.label),
         "conv_layers": sum(1 for r in layers if r["kind"] == "conv"),
         "families_chosen": _count(r["family"] for r in layers if r["kind"] == "conv"),
         "records": {"jobs": measured.jobs, "reused": measured.reused,
@@ -138,6 +145,23 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "stage_seconds": stage_seconds,
         "layers": layers,
     }
+
+
+def _precision(settings, acc, checked, layers, label) -> dict:
+    """What the returned network computes in and how far that takes it from fp32."""
+    convs = [r for r in layers if r["kind"] == "conv"]
+    out = {"mode": settings.precision, "tolerance": settings.tolerance if settings.precision != "fp32" else None,
+           "layers": _count(r["precision"] for r in convs),
+           # a bf16 kernel takes and returns fp32 activations (NCHW[x]c, as nchwc): it converts its input
+           # to bf16 in its padding pass, so no conversion runs between kernels
+           "conversions": "inside the bf16 kernels (their input pass)" if any(r["precision"] != "fp32" for r in convs)
+           else "none"}
+    err = checked.errors.get(label)
+    if settings.precision != "fp32":
+        out.update(max_rel_err=err, within_tolerance=None if err is None else bool(err <= settings.tolerance),
+                   samples=_rounded(checked.samples) if checked.samples else None,
+                   error_model_ratio=_r(acc.ratio, 4) if acc is not None and acc.ratios else None)
+    return out
 
 
 def _innet_by_layer(imported, b, timing) -> dict:

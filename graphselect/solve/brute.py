@@ -18,7 +18,8 @@ def solve(problem: Problem, *, time_limit: float | None = None,
     no cost is negative, once a lower bound is no better than the best so far). With a cache
     budget it keeps cold and warm partial totals and the bytes so far: the finished assignment's
     total is ``cold - share * (cold - warm)`` at the share its footprint gets, exactly
-    ``problem.evaluate``. Raises
+    ``problem.evaluate``. With an error budget it keeps the error so far and abandons a partial
+    assignment past the budget (errors are never negative). Raises
     ValueError when the product of the finite choice counts exceeds ``max_combinations``.
     ``time_limit`` is ignored.
 
@@ -55,6 +56,8 @@ def solve(problem: Problem, *, time_limit: float | None = None,
     cold = [0.0] * (n + 1)                # node cold times plus edges, over nodes < v
     warm = [0.0] * (n + 1)                # the same with warm times (only when warm_ok)
     used = [problem.activation_bytes] * (n + 1)
+    err = [0.0] * (n + 1)
+    budget = math.inf if problem.error_budget is None else problem.error_budget * (1 + 1e-9)
     pos = [0] * (n + 1)
     v = 0
     while v >= 0:
@@ -90,12 +93,13 @@ def solve(problem: Problem, *, time_limit: float | None = None,
         # before, the blend lies between the two totals
         fits = warm_ok and (bytes_ <= top or not bound_ok)
         bound = min(total_cold, total_warm) if fits else total_cold
-        if edges == math.inf or bound == math.inf or (bound_ok and bound >= best):
+        if edges == math.inf or bound == math.inf or (bound_ok and bound >= best) or err[v] + ch.error > budget:
             continue
-        cold[v + 1], warm[v + 1], used[v + 1] = total_cold, total_warm, bytes_
+        cold[v + 1], warm[v + 1], used[v + 1], err[v + 1] = total_cold, total_warm, bytes_, err[v] + ch.error
         v += 1
     if best_choice is None:
-        raise Infeasible("no combination of choices has finite layout-transform costs on every edge")
+        raise Infeasible("no combination of choices has finite layout-transform costs on every edge"
+                         + (" within the error budget" if problem.error_budget is not None else ""))
     return Assignment(choice=best_choice, cost=float(problem.evaluate(best_choice)), method="brute",
                       optimal=True, seconds=time.perf_counter() - t0,
                       resident=problem.resident(best_choice) if cache is not None else None)

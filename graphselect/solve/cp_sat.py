@@ -24,6 +24,11 @@ heuristic step) with a minimizer inside the level's footprint bounds needs no CP
 minimizer is the level's optimum (always the case for the unbounded cold level of a graph that
 reduces). A level stopped by the time limit whose bound reaches the best cost found still counts
 as proven.
+
+An error budget (``Problem.error_budget``) is one more knapsack row in every level: the chosen
+choices' errors, in units of ``ERROR_UNIT`` (errors rounded up, the budget down, so the rounded
+constraint never admits an assignment the exact one refuses); the PBQP shortcut is skipped while
+it binds, since its reductions do not see it.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ from . import greedy
 from ._consistency import consistent_domains
 
 RESOLUTION_MS = 1e-4
+ERROR_UNIT = 1e-7               # resolution of the error budget (relative output error)
 _MAX_OBJECTIVE = 2 ** 53       # keep scaled sums exact in a double and far from int64 overflow
 
 # Measured on synthetic 200-node chain/residual/branching graphs (2 cores): the default
@@ -85,7 +91,8 @@ def _solve(problem: Problem, time_limit: float, parameters: dict) -> Assignment:
     branches = _branches(problem, domains)
     runs = []                         # (status, choice or None, lower bound in ms)
     for k, (share, lo, hi) in enumerate(branches):
-        quick = _by_reductions(problem, share, lo, hi) if len(branches) > 1 else None
+        quick = _by_reductions(problem, share, lo, hi) if len(branches) > 1 and not _budget_binds(problem, domains) \
+            else None
         if quick is not None:
             runs.append(quick)
             continue
@@ -131,6 +138,14 @@ def _branches(problem: Problem, domains) -> list[tuple[float, int | None, int | 
         hi = hi if hi is not None and hi < most else None
         out.append((share, lo, hi))
     return out
+
+
+def _budget_binds(problem: Problem, domains) -> bool:
+    """Whether the error budget can refuse some assignment of ``domains``."""
+    if problem.error_budget is None:
+        return False
+    worst = sum(max(problem.nodes[v].choices[c].error for c in dom) for v, dom in enumerate(domains))
+    return worst > problem.error_budget
 
 
 def _by_reductions(problem: Problem, share: float, lo: int | None, hi: int | None):
@@ -211,6 +226,13 @@ def _branch(problem: Problem, domains, share: float, lo: int | None, hi: int | N
             m.add(extra <= hi - base)
         if lo is not None:
             m.add(extra >= lo + 1 - base)
+    if _budget_binds(problem, domains):
+        # fixed nodes' errors are constants; the rest one knapsack row
+        fixed_err = sum(math.ceil(nodes[v].choices[fixed[v]].error / ERROR_UNIT) for v, xv in enumerate(x) if xv is None)
+        terms = [(var, math.ceil(nodes[v].choices[c].error / ERROR_UNIT))
+                 for v, xv in enumerate(x) if xv for c, var in xv.items()]
+        m.add(cp_model.LinearExpr.weighted_sum([t for t, _ in terms], [u for _, u in terms])
+              <= math.floor(problem.error_budget / ERROR_UNIT) - fixed_err)
     one_hots = {}
 
     def one_hot(v, port):
