@@ -36,6 +36,17 @@ def _blocks(ch: int) -> list[int]:
     return [b for b in (LANES, 2 * LANES) if ch % b == 0]
 
 
+def _in_blocks(ch: int) -> list[int]:
+    """Input channel blocks: one and two vectors, or all channels in one block when fewer than a
+    vector (a stem's 3: computed as 4, the pair completed with a zero channel)."""
+    return _blocks(ch) or ([ch] if ch < LANES else [])
+
+
+def _pairs(ib: int) -> int:
+    """Channel pairs the dot product reads per input block (an odd block gets a zero channel)."""
+    return (ib + 1) // 2
+
+
 def _reg_ns(ow: int, oc_bn: int) -> list[int]:
     # reg_n x oc_bn/16 accumulators, with two weight vectors and the broadcast beside them in 32 registers
     ds = divisors_in(ow, 4, 28 * LANES // oc_bn) or [max(divisors_in(ow, 1, 28 * LANES // oc_bn))]
@@ -49,9 +60,13 @@ def _pointwise(spec: ConvSpec) -> bool:
 
 def _converted_bytes(spec: ConvSpec) -> int:
     """The bf16 copy of the input the kernel makes."""
+    n, c, h, w = spec.in_shape
+    if c < LANES:
+        c = 2 * _pairs(c)             # a stem's odd channel count completed by a zero channel
     if _pointwise(spec):
-        return 2 * spec.batch * spec.in_channels * spec.out_h * spec.out_w
-    return spec.padded_input_bytes // 2 if any(spec.padding) else 2 * int(np.prod(spec.in_shape))
+        return 2 * n * c * spec.out_h * spec.out_w
+    pt, pl, pb, pr = spec.padding
+    return 2 * n * c * (h + pt + pb) * (w + pl + pr)
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:
@@ -59,14 +74,15 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> lis
         return []
     out = []
     kelems = spec.out_channels * spec.in_channels * spec.kernel[0] * spec.kernel[1]
-    for ib in _blocks(spec.in_channels):
+    for ib in _in_blocks(spec.in_channels):
         for ob in _blocks(spec.out_channels):
             for rn in _reg_ns(spec.out_w, ob):
                 c = make_candidate(FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
-                                   weight_layout=f"OIHW{ib // 2}i{ob}o2i", weight_elems=kelems,
+                                   weight_layout=f"OIHW{_pairs(ib)}i{ob}o2i", weight_elems=kelems,
                                    workspace_bytes=_converted_bytes(spec), ic_bn=ib, oc_bn=ob, reg_n=rn)
-                # bf16 weights: 2 bytes each (the fp32 bias stays 4)
-                out.append(dataclasses.replace(c, weight_bytes=c.weight_bytes - 2 * kelems))
+                # bf16 weights: 2 bytes each, a zero channel completing an odd block (the fp32 bias stays 4)
+                packed = kelems // spec.in_channels * 2 * _pairs(ib) * (spec.in_channels // ib)
+                out.append(dataclasses.replace(c, weight_bytes=c.weight_bytes - 4 * kelems + 2 * packed))
     return out
 
 
@@ -76,26 +92,31 @@ def compute(spec: ConvSpec, ib: int, ob: int):
     O, (KH, KW), (sh, sw), (dh, dw) = spec.out_channels, spec.kernel, spec.stride, spec.dilation
     pt, pl, pb, pr = spec.padding
     OH, OW = spec.out_h, spec.out_w
+    cp = 2 * _pairs(ib)                # channels per block as computed (an odd block gets a zero one)
     data = te.placeholder((n, c // ib, h, w, ib), name="data")
-    kern = te.placeholder((O // ob, c // ib, KH, KW, ib // 2, ob, 2), "uint16", name="weight")
+    kern = te.placeholder((O // ob, c // ib, KH, KW, cp // 2, ob, 2), "uint16", name="weight")
     bias = te.placeholder((O // ob, ob), name="bias") if spec.bias else None
+    zero = tirx.const(0.0, "float32")
     if _pointwise(spec):
-        xb = te.compute((n, c // ib, OH, OW, ib), lambda b, cc, y, x, i: lowp.narrow(data[b, cc, y * sh, x * sw, i]),
-                        name="data_pad")
+        def strided(b, cc, y, x, i):
+            v = data[b, cc, y * sh, x * sw, i] if cp == ib else tirx.if_then_else(i < ib, data[b, cc, y * sh, x * sw,
+                                                                                                 tirx.min(i, ib - 1)], zero)
+            return lowp.narrow(v)
+        xb = te.compute((n, c // ib, OH, OW, cp), strided, name="data_pad")
 
         def read(b, cc, y, x, ky, kx, i):
             return xb[b, cc, y, x, i]
     else:
         def padded(b, cc, y, x, i):
-            inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl)
-            return lowp.narrow(tirx.if_then_else(inside, data[b, cc, y - pt, x - pl, i], tirx.const(0.0, "float32")))
-        xb = te.compute((n, c // ib, h + pt + pb, w + pl + pr, ib), padded, name="data_pad")
+            inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl, i < ib)
+            return lowp.narrow(tirx.if_then_else(inside, data[b, cc, y - pt, x - pl, tirx.min(i, ib - 1)], zero))
+        xb = te.compute((n, c // ib, h + pt + pb, w + pl + pr, cp), padded, name="data_pad")
 
         def read(b, cc, y, x, ky, kx, i):
             return xb[b, cc, y * sh + ky * dh, x * sw + kx * dw, i]
     rc = te.reduce_axis((0, c // ib), "rc")
     rh, rw = te.reduce_axis((0, KH), "rh"), te.reduce_axis((0, KW), "rw")
-    r2, r1 = te.reduce_axis((0, ib // 2), "r2"), te.reduce_axis((0, 2), "r1")
+    r2, r1 = te.reduce_axis((0, cp // 2), "r2"), te.reduce_axis((0, 2), "r1")
     conv = te.compute((n, O // ob, OH, OW, ob), lambda b, oc, y, x, o: te.sum(
         lowp.widen(read(b, rc, y, x, rh, rw, r2 * 2 + r1)) * lowp.widen(kern[oc, rc, rh, rw, r2, o, r1]),
         axis=[rc, rh, rw, r2, r1]), name="conv2d_NCHWc")
@@ -137,7 +158,11 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
 def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
     ib, ob = cand.param("ic_bn"), cand.param("oc_bn")
     O, I, KH, KW = weight.shape
-    w = weight.reshape(O // ob, ob, I // ib, ib // 2, 2, KH, KW).transpose(0, 2, 5, 6, 3, 1, 4)
+    cp = 2 * _pairs(ib)
+    w = weight.reshape(O, I // ib, ib, KH, KW)
+    if cp != ib:                      # the zero channel that completes an odd block's last pair
+        w = np.concatenate([w, np.zeros((O, I // ib, cp - ib, KH, KW), w.dtype)], axis=2)
+    w = w.reshape(O // ob, ob, I // ib, cp // 2, 2, KH, KW).transpose(0, 2, 5, 6, 3, 1, 4)
     out = [np.ascontiguousarray(lowp.to_bf16_bits(w))]
     if spec.bias:
         out.append(np.ascontiguousarray(bias.reshape(O // ob, ob), dtype="float32"))

@@ -29,6 +29,8 @@ SPECS = [
     ConvSpec(1, 16, 17, 17, 48, (7, 7), (2, 2), (3, 3, 3, 3), bias=True, act="silu"),
     # dilated 3x3
     ConvSpec(1, 32, 12, 12, 32, (3, 3), (1, 1), (2, 2, 2, 2), dilation=(2, 2), bias=True, clip_lo=0.0, clip_hi=6.0),
+    # an RGB stem: 3 input channels in one block, computed as 4 (a zero channel completes the pair)
+    ConvSpec(1, 3, 23, 23, 32, (7, 7), (2, 2), (3, 3, 3, 3), bias=True, clip_lo=0.0),
 ]
 
 
@@ -125,6 +127,11 @@ def test_bf16_weights_are_half_the_bytes(fam):
         assert packed[0].dtype == np.uint16 and c.weight_bytes == sum(a.nbytes for a in packed), c.key
     if fam is nchwc_bf16:
         assert cands[0].weight_bytes == 2 * w.size + 4 * b.size
+        stem = SPECS[-1]
+        c = fam.propose(stem, None, BF16_ISA)[0]
+        x, w, b, r = _data(stem)
+        assert c.param("ic_bn") == 3 and c.weight_bytes == 2 * w.size // 3 * 4 + 4 * b.size
+        assert c.weight_bytes == sum(a.nbytes for a in fam.pack(c, stem, w, b))
 
 
 def test_no_bf16_candidates_without_the_unit_or_the_precision():
@@ -136,10 +143,10 @@ def test_no_bf16_candidates_without_the_unit_or_the_precision():
     assert not [c for c in candidates.propose(spec, None, None, BF16_ISA) if c.family == "nchwc_bf16"]
     got = [c for c in candidates.propose(spec, None, None, BF16_ISA, lowp_only) if c.family == "nchwc_bf16"]
     assert got and {c.in_layout for c in got} <= {"NCHW16c", "NCHW32c"}
-    # 3 input channels (a stem) and depthwise convs have none
-    stem = ConvSpec(1, 3, 32, 32, 32, (3, 3), (2, 2), (1, 1, 1, 1))
+    # depthwise convs and output channels that 16 lanes do not divide have none
     dw = ConvSpec(1, 32, 16, 16, 32, (3, 3), (1, 1), (1, 1, 1, 1), groups=32)
-    assert not nchwc_bf16.propose(stem, None, BF16_ISA) and not nchwc_bf16.propose(dw, None, BF16_ISA)
+    odd = ConvSpec(1, 32, 16, 16, 24, (1, 1), (1, 1), (0, 0, 0, 0))
+    assert not nchwc_bf16.propose(dw, None, BF16_ISA) and not nchwc_bf16.propose(odd, None, BF16_ISA)
 
 
 def test_target_units_come_from_the_cpu_model():
