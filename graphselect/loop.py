@@ -164,7 +164,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             built.append(pipeline.build(imported, measured, lb, a, s))
             if acc is not None:
                 errors[lb] = acc.measure(imported, built[-1], isolated)
-                s.progress("build", k, len(want), f"{lb}: max relative error {errors[lb]:.2e} against the fp32 "
+                s.progress("accuracy", k + 1, len(want), f"{lb}: max relative error {errors[lb]:.2e} against the fp32 "
                            f"reference (estimated {acc.estimated[lb]:.2e}, tolerance {s.tolerance:g})")
         if not s.max_rounds:            # no in-network timing: the isolated objective decides
             rounds.append(Round(r, cal.as_dict(), label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))

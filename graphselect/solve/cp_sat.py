@@ -140,6 +140,10 @@ def _branches(problem: Problem, domains) -> list[tuple[float, int | None, int | 
     return out
 
 
+def _error_units(error: float) -> int:
+    return math.ceil(error / ERROR_UNIT - 1e-6)
+
+
 def _budget_binds(problem: Problem, domains) -> bool:
     """Whether the error budget can refuse some assignment of ``domains``."""
     if problem.error_budget is None:
@@ -228,11 +232,11 @@ def _branch(problem: Problem, domains, share: float, lo: int | None, hi: int | N
             m.add(extra >= lo + 1 - base)
     if _budget_binds(problem, domains):
         # fixed nodes' errors are constants; the rest one knapsack row
-        fixed_err = sum(math.ceil(nodes[v].choices[fixed[v]].error / ERROR_UNIT) for v, xv in enumerate(x) if xv is None)
-        terms = [(var, math.ceil(nodes[v].choices[c].error / ERROR_UNIT))
-                 for v, xv in enumerate(x) if xv for c, var in xv.items()]
-        m.add(cp_model.LinearExpr.weighted_sum([t for t, _ in terms], [u for _, u in terms])
-              <= math.floor(problem.error_budget / ERROR_UNIT) - fixed_err)
+        fixed_err = sum(_error_units(nodes[v].choices[fixed[v]].error) for v, xv in enumerate(x) if xv is None)
+        terms = [(var, _error_units(nodes[v].choices[c].error)) for v, xv in enumerate(x) if xv for c, var in xv.items()]
+        # the same slack as Problem.admissible, and no unit lost to the binary rounding of the quotients
+        cap = math.floor(problem.error_budget * (1 + 1e-9) / ERROR_UNIT + 1e-6)
+        m.add(cp_model.LinearExpr.weighted_sum([t for t, _ in terms], [u for _, u in terms]) <= cap - fixed_err)
     one_hots = {}
 
     def one_hot(v, port):

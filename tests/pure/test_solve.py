@@ -194,3 +194,66 @@ def test_cp_sat_under_a_tight_time_limit_still_returns_a_valid_assignment():
 def test_importing_solve_does_not_import_tvm():
     code = "import sys, graphselect.solve; assert 'tvm' not in sys.modules, 'tvm imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def _with_errors(p: Problem, seed: int, budget: float) -> Problem:
+    """``p`` with a random half of every conv's choices made 'lower precision': 0.7x faster with
+    an error each, under ``budget``."""
+    import dataclasses
+    import random
+    rng = random.Random(seed)
+    nodes = []
+    for n in p.nodes:
+        chs = []
+        for c in n.choices:
+            if n.name.startswith("conv") and rng.random() < 0.5 and c.cost < math.inf:
+                c = dataclasses.replace(c, cost=0.7 * c.cost, warm_cost=None if c.warm_cost is None else 0.7 * c.warm_cost,
+                                        error=rng.choice((1e-3, 3e-3, 1e-2)))
+            chs.append(c)
+        nodes.append(dataclasses.replace(n, choices=tuple(chs)))
+    return dataclasses.replace(p, nodes=tuple(nodes), error_budget=budget)
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("budget", [0.0, 4e-3, 1.5e-2, None])
+def test_error_budget_cp_sat_agrees_with_brute_force(seed, budget):
+    """An error budget is respected by the exact solvers, which still agree; budget 0 keeps every
+    lower-precision choice out; a larger budget is never slower."""
+    p = _with_errors(synthetic.random_problem(seed, residency=seed % 2 == 1), seed, budget)
+    try:
+        ref = solve(p, method="brute")
+    except Infeasible:
+        with pytest.raises(Infeasible):
+            solve(p, method="cp-sat", time_limit=10)
+        return
+    exact = solve(p, method="cp-sat", time_limit=10)
+    for a in (ref, exact):
+        _valid(p, a)
+        assert p.admissible(a.choice) and (budget is None or p.error(a.choice) <= budget + 1e-12)
+    assert exact.cost == pytest.approx(ref.cost, rel=1e-6, abs=1e-9)
+    if budget == 0.0:
+        assert p.error(exact.choice) == 0.0
+    looser = solve(dataclasses_replace(p, error_budget=None), method="brute")
+    assert looser.cost <= ref.cost + 1e-9
+
+
+def dataclasses_replace(p, **kw):
+    import dataclasses
+    return dataclasses.replace(p, **kw)
+
+
+def test_error_budget_keeps_fp32_where_it_is_tight():
+    """Two layers whose bf16 choice saves time; the budget admits the error of one: the solver
+    spends it where it saves most and keeps the other fp32 (a chain, no transforms)."""
+    L = "NCHW16c"
+    nodes = [Node("input", (Choice("input", 0.0, (), L),)),
+             Node("conv_a", (Choice("a32", 2.0, (L,), L), Choice("a16", 1.0, (L,), L, error=3e-3))),
+             Node("conv_b", (Choice("b32", 2.0, (L,), L), Choice("b16", 1.5, (L,), L, error=3e-3))),
+             Node("output", (Choice("output", 0.0, (L,), None),))]
+    edges = tuple(Edge(i, i + 1, 0) for i in range(3))
+    for budget, want in ((2e-3, (0, 0, 0, 0)), (4e-3, (0, 1, 0, 0)), (7e-3, (0, 1, 1, 0)), (None, (0, 1, 1, 0))):
+        p = Problem(tuple(nodes), edges, error_budget=budget)
+        for method in ("cp-sat", "brute"):
+            assert tuple(solve(p, method=method).choice) == want, (budget, method)
+    with pytest.raises(ValueError, match="error_budget"):
+        Problem(tuple(nodes), edges, error_budget=-1.0)
