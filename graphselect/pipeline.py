@@ -463,7 +463,7 @@ def build(imported: Imported, measured: Measured, label: str, assignment, s: Set
     from .rewrite.apply import apply
     sel = plan_mod.selection_from(imported.lg, measured.plan, assignment.choice)
     module = apply(imported.lg, sel, s.target)
-    cached = _build_path(imported, measured, assignment.choice, s)
+    cached = _build_path(imported, sel, s)
     if cached is not None and cached.exists():
         try:
             return Built(label, assignment, sel, module, tvm.runtime.load_module(str(cached)), cached)
@@ -485,12 +485,16 @@ def build(imported: Imported, measured: Measured, label: str, assignment, s: Set
     return Built(label, assignment, sel, module, ex)
 
 
-def _build_path(imported: Imported, measured: Measured, choice, s: Settings) -> Path | None:
+def _build_path(imported: Imported, selection: dict, s: Settings) -> Path | None:
+    """Where the compiled network of ``selection`` (layer -> Candidate or layout) is kept: keyed by
+    what each layer runs, not by option indices, which differ between option lists (families,
+    precision)."""
     if s.cache is None or s.spec.foreign:      # a library for another CPU cannot be loaded back here
         return None
     from . import candidates, codegen
     code = "|".join([codegen.code_version()] + [candidates.code_version(f) for f in sorted(candidates.FAMILIES)])
-    key = hashlib.sha1(f"{imported.content_key}|{tuple(choice)}|{code}|{s.ctx.target}|{s.ctx.tvm}".encode()).hexdigest()
+    what = ";".join(f"{name}={getattr(c, 'key', c)}" for name, c in selection.items())
+    key = hashlib.sha1(f"{imported.content_key}|{what}|{code}|{s.ctx.target}|{s.ctx.tvm}".encode()).hexdigest()
     return s.cache.parent / "builds" / f"{key[:24]}.so"
 
 

@@ -251,6 +251,7 @@ def summary(r: dict) -> str:
         ("Layout transforms in the network", r.get("layout_transforms")),
         ("Max relative error vs the reference", (f"{err:.2e}" if is_num(err) else DASH)
          + f" against {fmt(ref.get('name') or 'onnxruntime')}" + (f" ({ref['why']})" if ref.get("why") else "")),
+        ("Precision", precision_text(r.get("precision") or {})),
         ("Machine", machine_text(r.get("hardware") or {})),
         ("Conv layers", r.get("conv_layers")),
         ("Families chosen", counts(r.get("families_chosen"))),
@@ -260,6 +261,22 @@ def summary(r: dict) -> str:
         ("Preparation notes", "; ".join(map(str, r.get("prepare_notes") or [])) or None),
     ]
     return definitions(pairs)
+
+
+def precision_text(p: dict) -> str | None:
+    """What the network computes in and how far from fp32 that takes it (lower precision only)."""
+    if not p or p.get("mode", "fp32") == "fp32":
+        return "fp32" if p else None
+    sm = p.get("samples") or {}
+    within = {True: "within", False: "over"}.get(p.get("within_tolerance"), DASH)
+    err = f"{p['max_rel_err']:.2e}" if is_num(p.get("max_rel_err")) else DASH
+    text = (f"{p['mode']}: conv layers {counts(p.get('layers'))}; max relative error against fp32 {err}, "
+            f"{within} the tolerance {p.get('tolerance')}")
+    if is_num(sm.get("max_rel_error")):
+        text += f"; over {sm['inputs']} random inputs at worst {sm['max_rel_error']:.2e}"
+    if sm.get("top1_total"):
+        text += f", top-1 equal to fp32 on {sm['top1_agree']} of {sm['top1_total']}"
+    return text + f"; conversions: {p.get('conversions', DASH)}"
 
 
 def machine_text(hw: dict) -> str | None:
@@ -512,10 +529,10 @@ def alternatives(r: dict) -> str:
         err = f"{100 * (p - m) / m:+.1f}%" if is_num(p) and is_num(m) and m > 0 else None
         rel = a.get("relative_to_chosen")
         rows.append([a.get("label"), p, m, f"{rel:.3f}x" if is_num(rel) else None, err, a.get("max_rel_err"),
-                     "chosen" if a.get("chosen") else ""])
+                     a.get("bf16_layers"), "chosen" if a.get("chosen") else ""])
     return table(["assignment", "predicted ms", "measured ms", "time / chosen (per round)", "prediction error",
-                  "max rel err", ""], rows,
-                 num_cols=(1, 2, 3, 4, 5), row_classes=["differs" if a.get("chosen") else "" for a in alts])
+                  "max rel err", "bf16 layers", ""], rows,
+                 num_cols=(1, 2, 3, 4, 5, 6), row_classes=["differs" if a.get("chosen") else "" for a in alts])
 
 
 def loop_table(r: dict) -> str:

@@ -418,3 +418,22 @@ def test_conv_rows_show_throughput_against_the_peak_and_the_machine_line():
     assert "peak 500 GFLOP/s" in page and "BLAS GEMM 240" in page and "L3 32.0 MiB" in page
     r["hardware"] = {}
     assert "400 (80%)" not in render_html(r) and ">400<" in render_html(r)
+
+
+def test_precision_shown_where_lower_precision_was_allowed():
+    """bf16/auto reports name the precision, the error against fp32 and whether it is within the
+    tolerance, on the page and in the terminal; fp32 reports add no precision line."""
+    r = fake_report()
+    r["precision"] = {"mode": "auto", "tolerance": 0.02, "layers": {"bf16": 2, "fp32": 1},
+                      "conversions": "inside the bf16 kernels (their input pass)", "max_rel_err": 2.6e-3,
+                      "within_tolerance": True, "samples": {"inputs": 8, "max_rel_error": 3.1e-3, "top1_agree": 7,
+                                                            "top1_total": 8, "top1_agreement": 0.875}}
+    text = "".join(_parse(render_html(r)).text)
+    assert "auto: conv layers bf16 ×2, fp32 ×1" in text and "2.60e-03, within the tolerance 0.02" in text
+    assert "top-1 equal to fp32 on 7 of 8" in text
+    term = summary_table(r)
+    assert "precision" in term and "2 bf16, 1 fp32 conv layers" in term and "7/8 sample inputs" in term
+    r["precision"].update(within_tolerance=False)
+    assert "OVER the tolerance" in summary_table(r)
+    r["precision"] = {"mode": "fp32", "tolerance": None, "layers": {"fp32": 3}, "conversions": "none"}
+    assert "precision " not in summary_table(r)
