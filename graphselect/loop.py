@@ -109,8 +109,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     greedy = _greedy(isolated, s)
     nets, kobs = store.networks(s.ctx) if s.max_rounds else ([], [])
     cal = _fit(nets, kobs, measured, m) if nets else Calibration()
-    n = len(isolated.nodes)
-    known = [c for c in store.assignments(s.ctx, imported.content_key) if len(c) == n] if s.max_rounds else []
+    known = _indices(measured.plan, store.assignments(s.ctx, imported.content_key)) if s.max_rounds else []
     built: list[Built] = []
     innet: dict = {}
     rounds: list[Round] = []
@@ -177,7 +176,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         fresh_nets, fresh_k = [], []
         for b in built:
             net, ks = _observe(imported, measured, isolated, b, timed[b.label], s)
-            store.put_network(s.ctx, net, ks, content=imported.content_key, choice=b.choice)
+            store.put_network(s.ctx, net, ks, content=imported.content_key, choice=_names(measured.plan, b.choice))
             fresh_nets.append(net)
             fresh_k.extend(ks)
         nets, kobs = fresh_nets + nets, fresh_k + kobs          # newest first, as the store keeps them
@@ -217,6 +216,22 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                          prob.resident(chosen.choice) if prob.cache_bytes is not None else None)
     return Selection(isolated, prob, cal, sol, chosen.label, greedy, tuple(built), innet, tuple(rounds), converged,
                      acc)
+
+
+def _names(plan, choice) -> tuple[str, ...]:
+    """An assignment as the option name of every layer (what the store keeps)."""
+    return tuple(lt.options[k].name for lt, k in zip(plan.layers, choice))
+
+
+def _indices(plan, named) -> list[tuple[int, ...]]:
+    """Stored assignments (option names) as choice indices of ``plan``; those naming an option the
+    plan lacks (another family set, precision or code) are dropped."""
+    index = [{o.name: k for k, o in enumerate(lt.options)} for lt in plan.layers]
+    out = []
+    for names in named:
+        if len(names) == len(index) and all(nm in ix for nm, ix in zip(names, index)):
+            out.append(tuple(ix[nm] for nm, ix in zip(names, index)))
+    return out
 
 
 def _time(built: list[Built], x, s: Settings, probe) -> dict:

@@ -13,6 +13,7 @@ another CPU, thread count or TVM version starts uncalibrated.
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -160,15 +161,16 @@ class RecordStore:
     # what built networks showed -----------------------------------------------------------------
 
     def put_network(self, ctx: Context, net: NetworkObservation, kernels: list[KernelObservation], *,
-                    content: str = "", choice: tuple[int, ...] = ()) -> None:
+                    content: str = "", choice: tuple[str, ...] = ()) -> None:
         """One built network and its conv kernels' in-network times (one transaction);
-        ``content``/``choice``: which model (weights included) and which assignment it was."""
+        ``content``/``choice``: which model (weights included) and which assignment it was (the
+        option name of every layer: option indices differ between option lists)."""
         with self._db:
             self._db.execute(
                 f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (net.network, net.model, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, net.footprint_bytes, net.e2e_ms,
                  net.kernel_calls, net.conv_innet_ms, net.other_innet_ms, net.other_cold_ms, net.other_warm_ms,
-                 content, ",".join(map(str, choice)), time.time()))
+                 content, json.dumps([str(c) for c in choice]) if choice else "", time.time()))
             self._db.execute(f"DELETE FROM {INNET} WHERE network=?", (net.network,))
             self._db.executemany(
                 f"INSERT INTO {INNET} VALUES (?,?,?,?,?,?,?)",
@@ -190,14 +192,18 @@ class RecordStore:
                 kernels.append(KernelObservation(n.network, (wl, cand), fam, _inf(cold), _inf(warm), t))
         return nets, kernels
 
-    def assignments(self, ctx: Context, content: str) -> list[tuple[int, ...]]:
-        """The assignments of the model ``content`` built and timed before, newest first."""
+    def assignments(self, ctx: Context, content: str) -> list[tuple[str, ...]]:
+        """The assignments of the model ``content`` built and timed before, newest first, as option
+        names per layer (rows of an older format, which kept indices, are skipped)."""
         out = []
         for (c,) in self._db.execute(
                 f"SELECT choice FROM {NETWORKS} WHERE content=? AND target=? AND cpu=? AND threads=? AND tvm=? "
                 "ORDER BY created DESC", (content, ctx.target, ctx.cpu, ctx.threads, ctx.tvm)):
-            ch = tuple(int(v) for v in c.split(",")) if c else ()
-            if ch and ch not in out:
+            try:
+                ch = tuple(json.loads(c)) if c else ()
+            except ValueError:
+                continue
+            if ch and all(isinstance(v, str) for v in ch) and ch not in out:
                 out.append(ch)
         return out
 

@@ -528,8 +528,9 @@ def alternatives(r: dict) -> str:
         p, m = a.get("predicted_ms"), a.get("measured_ms")
         err = f"{100 * (p - m) / m:+.1f}%" if is_num(p) and is_num(m) and m > 0 else None
         rel = a.get("relative_to_chosen")
-        rows.append([a.get("label"), p, m, f"{rel:.3f}x" if is_num(rel) else None, err, a.get("max_rel_err"),
-                     a.get("bf16_layers"), "chosen" if a.get("chosen") else ""])
+        e = a.get("max_rel_err")          # 1e-7 (fp32) to 1e-2 (bf16): three decimals would show 0.000
+        rows.append([a.get("label"), p, m, f"{rel:.3f}x" if is_num(rel) else None, err,
+                     f"{e:.2e}" if is_num(e) else None, a.get("bf16_layers"), "chosen" if a.get("chosen") else ""])
     return table(["assignment", "predicted ms", "measured ms", "time / chosen (per round)", "prediction error",
                   "max rel err", "bf16 layers", ""], rows,
                  num_cols=(1, 2, 3, 4, 5, 6), row_classes=["differs" if a.get("chosen") else "" for a in alts])

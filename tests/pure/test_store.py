@@ -140,11 +140,12 @@ def test_network_observations_roundtrip_per_context(tmp_path):
     net = NetworkObservation("n1", "model", 123, 5.0, 30, 4.0, 0.9, 0.7, 0.5)
     ks = [KernelObservation("n1", ("w", "c"), "nchwc", 0.5, 0.4, 0.55),
           KernelObservation("n1", ("w2", "c2"), "winograd", float("inf"), 0.4, 0.3)]
-    s.put_network(CTX, net, ks, content="abc", choice=(0, 2, 1))
+    names = ("input", "nchwc(ic_bn=16,oc_bn=32,reg_n=7)", "NCHW16c")
+    s.put_network(CTX, net, ks, content="abc", choice=names)
     s.close()
     s = RecordStore(tmp_path / "r.sqlite")
     nets, kernels = s.networks(CTX)
     assert nets == [net] and kernels == ks
     assert s.networks(Context("t", "other cpu", 2, "0.27")) == ([], [])
-    assert s.assignments(CTX, "abc") == [(0, 2, 1)] and s.assignments(CTX, "other") == []
+    assert s.assignments(CTX, "abc") == [names] and s.assignments(CTX, "other") == []
     assert s.forget_networks(CTX) == 1 and s.networks(CTX) == ([], [])
