@@ -38,7 +38,8 @@ def openvino_runner(model, x, threads: int, precision: str | None = "f32"):
     req = compiled.create_infer_request()
     fn = lambda: req.infer({0: x})  # noqa: E731
     fn.runtime = "openvino"
-    fn.precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT")          # an ov.Type: bf16, f32, f16
+    fn.precision = getattr(hint, "type_name", str(hint))
     fn.outputs = lambda: [np.asarray(v) for v in req.infer({0: x}).values()]
     return fn
 
