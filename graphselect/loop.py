@@ -14,6 +14,7 @@ the returned assignment, come from that assignment's own run.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -85,7 +86,8 @@ class _Accuracy:
 
     def measure(self, imported: Imported, b: Built, isolated) -> float:
         got = pipeline.networks([b], self.s)[b.label].run(self.xs)
-        e = pipeline.output_error(got, self.ref.outputs, imported.prepared.output_names, b.label, self.ref.name)
+        e = pipeline.compare_outputs(got, self.ref.outputs, imported.prepared.output_names, b.label, self.ref.name,
+                                     math.inf)
         est = isolated.error(b.choice)
         self.errors[b.label], self.estimated[b.label] = e, est
         if est > 0:
@@ -95,11 +97,6 @@ class _Accuracy:
     def ok(self, label: str) -> bool:
         """Whether a built network may be returned: within tolerance (auto), or any (bf16)."""
         return self.s.precision != "auto" or self.errors[label] <= self.s.tolerance
-
-    def as_dict(self) -> dict:
-        return {"precision": self.s.precision, "tolerance": self.s.tolerance, "reference": self.ref.name,
-                "ratio": self.ratio if self.ratios else None, "errors": dict(self.errors),
-                "estimated": dict(self.estimated)}
 
 
 def select(imported: Imported, measured: Measured, m: Machine, s: Settings, store) -> Selection:
@@ -167,7 +164,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                            f"reference (estimated {acc.estimated[lb]:.2e}, tolerance {s.tolerance:g})")
         if not s.max_rounds:            # no in-network timing: the isolated objective decides
             rounds.append(Round(r, cal.as_dict(), label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))
-            if acc is None or acc.ok(built[len(built) - len(want)].label):
+            if acc is None or acc.ok(want[0][0]):     # want[0]: the solver's own
                 break
             continue                    # auto: the solver's network missed the tolerance; solve again, tighter
         s.progress("loop", r, s.max_rounds, f"round {r}: timing {len(built)} network(s) kernel by kernel")

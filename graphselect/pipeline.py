@@ -623,14 +623,14 @@ def agreement(net, imported: Imported, s: Settings) -> dict:
     """A network against the fp32 reference on :data:`SAMPLES` random inputs (seeds 1..): the
     largest relative error over them and every output, and how often the first output's arg max
     over its last axis (top-1, for a classifier) is the reference's."""
+    from .runtime import random_inputs
     prep = imported.prepared
     worst, same, total = 0.0, 0, 0
     for seed in range(1, SAMPLES + 1):
-        from .runtime import random_inputs
         xs = random_inputs(prep.input_shapes, seed=seed)
         ref = reference_for(imported, s, xs)
         got = net.run(xs)
-        worst = max(worst, output_error(got, ref.outputs, prep.output_names, "", ref.name))
+        worst = max(worst, compare_outputs(got, ref.outputs, prep.output_names, "", ref.name, math.inf))
         g, w = np.asarray(got[0]), np.asarray(ref.outputs[0])
         if g.ndim >= 1 and g.shape[-1] > 1:
             a, b = g.reshape(-1, g.shape[-1]).argmax(-1), w.reshape(-1, w.shape[-1]).argmax(-1)
@@ -651,12 +651,8 @@ def networks(built: list[Built], s: Settings) -> dict:
 
 def compare_outputs(got: list, want, names, label: str, ref_name: str, tolerance: float = TOLERANCE) -> float:
     """The max relative error over all outputs (each against its own largest magnitude);
-    BuildError when the outputs' number or shapes differ or an error exceeds ``tolerance``."""
-    return output_error(got, want, names, label, ref_name, tolerance)
-
-
-def output_error(got: list, want, names, label: str, ref_name: str, tolerance: float = math.inf) -> float:
-    """:func:`compare_outputs` with no tolerance by default (a non-finite error still fails)."""
+    BuildError when the outputs' number or shapes differ or an error exceeds ``tolerance``
+    (``math.inf``: only a non-finite error)."""
     want = [np.asarray(w) for w in want]
     if len(got) != len(want):
         raise BuildError(f"the {label} selection returns {len(got)} output(s), {ref_name} {len(want)}")
