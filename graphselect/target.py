@@ -129,14 +129,19 @@ def precision_units(target, here: bool) -> frozenset:
 @lru_cache(maxsize=None)
 def cpu_flags() -> frozenset:
     """This machine's CPU flags (/proc/cpuinfo), empty where they cannot be read."""
+    return frozenset((_cpuinfo("flags") or "").split())
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The first value of ``field`` in /proc/cpuinfo (None where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -174,14 +179,7 @@ def host_cpu() -> str:
 
 def cpu_model() -> str:
     """The CPU's marketing name (part of the record key: the same mcpu covers many chips)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def runtime_tag(version: str) -> str:

@@ -9,7 +9,6 @@ from . import base, depthwise, direct, nchwc, nchwc_bf16, sparse_csr, winograd, 
 from .base import Candidate
 
 FAMILIES = {m.FAMILY: m for m in (direct, nchwc, depthwise, winograd, sparse_csr, nchwc_bf16, winograd_bf16)}
-PRECISIONS = ("fp32", "bf16")
 
 
 def precision_of(name: str) -> str:
@@ -47,4 +46,4 @@ def code_version(name: str) -> str:
     return source_hash(fam, base, *getattr(fam, "DEPENDS", ()))
 
 
-__all__ = ["Candidate", "FAMILIES", "PRECISIONS", "propose", "family", "code_version", "precision_of"]
+__all__ = ["Candidate", "FAMILIES", "propose", "family", "code_version", "precision_of"]

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..graph import layouts
 from ..graph.layers import ConvSpec
+from . import lowp
 from .base import Candidate, epilogue_compute, finish, make_candidate
 
 FAMILY = "winograd"
@@ -122,7 +123,6 @@ def compute(spec: ConvSpec, cand: Candidate, bf16: bool = False):
         data = te.placeholder((N, CB, H, W, ib), name="data")
         load = lambda n, cb, h, w, c: data[n, cb, h, w, c]         # noqa: E731
     if bf16:
-        from . import lowp
         U = te.placeholder((alpha, alpha, KB, C // 2, ob, 2), "uint16", name="weight")
     else:
         U = te.placeholder((alpha, alpha, KB, C, ob), name="weight")
@@ -206,7 +206,6 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv", bf16: boo
     cot = max(1, _LANES // ob) if KB % max(1, _LANES // ob) == 0 else 1
     kbo, kbi = sch.split(kb, [None, cot])
     if bf16:                 # 16-lane bf16 dot products over channel pairs (r1) into fp32
-        from . import lowp
         lowp.register()
         cv, c16 = sch.split(c, [None, 16])
         sch.reorder(n, e, nu, kbo, po, rcb, rc, pi, kbi, cv, c16, loops[9])
@@ -257,10 +256,7 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv", bf16: boo
         sch.vectorize(inner)
     sch.parallel(sch.fuse(*outer))
     func = finish(sch.mod["main"], cand, spec, name)
-    if bf16:
-        from . import lowp
-        func = lowp.with_llvm_import(func)
-    return func
+    return lowp.with_llvm_import(func) if bf16 else func
 
 
 def transform_weight(weight: np.ndarray, m: int, ob: int) -> np.ndarray:
