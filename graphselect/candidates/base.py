@@ -13,7 +13,7 @@ import numpy as np
 
 from ..graph.layers import ACTIVATIONS, ConvSpec
 
-EPILOGUES = frozenset({"bias", "residual", "clip", *ACTIVATIONS})
+EPILOGUES = frozenset({"bias", "residual", "clip", "quant", *ACTIVATIONS})   # quant: a QDQ model's fake-quant
 # Max relative error (to the output's scale) against the float64 direct convolution for the
 # exact algorithms; float32 accumulation over 4608 terms stays near 1e-6.
 TOLERANCE = 1e-5
@@ -48,6 +48,8 @@ class Candidate:
             need.add("clip")
         if spec.act is not None:
             need.add(spec.act)
+        if spec.quant is not None or spec.quant_pre is not None:
+            need.add("quant")
         return need <= self.fusable_epilogues
 
 
@@ -72,14 +74,28 @@ def epilogue_compute(conv, spec: ConvSpec, bias, residual, bias_index):
         v = conv(*idx)
         if bias is not None:
             v = v + bias(*bias_index(*idx))
+        if spec.quant_pre is not None:
+            v = fake_quant(v, spec.quant_pre)
         if residual is not None:
             v = v + residual(*idx)
         if spec.clip_lo is not None:
             v = te.max(v, tvm.tirx.const(spec.clip_lo, "float32"))
         if spec.clip_hi is not None:
             v = te.min(v, tvm.tirx.const(spec.clip_hi, "float32"))
-        return activation(v, spec.act)
+        v = activation(v, spec.act)
+        return fake_quant(v, spec.quant) if spec.quant is not None else v
     return te.compute(conv.shape, f, name="epilogue")
+
+
+def fake_quant(v, q):
+    """A QDQ pair on the float32 TIR value ``v`` (``layers.Quant``), as TVM legalizes
+    ``relax.quantize``/``dequantize``: divide, round half to even, add the zero point, clamp."""
+    import tvm
+    from tvm import te
+    f32 = lambda c: tvm.tirx.const(c, "float32")  # noqa: E731
+    r = te.round(v / f32(q.scale)) + f32(q.zero_point)
+    r = te.min(te.max(r, f32(q.qmin)), f32(q.qmax))
+    return (r - f32(q.zero_point)) * f32(q.scale)
 
 
 def activation(v, act: str | None):
@@ -163,13 +179,24 @@ def reference(spec: ConvSpec, x: np.ndarray, weight: np.ndarray, bias, residual)
     y = y.reshape(n, spec.out_channels, oh, ow)
     if bias is not None:
         y += bias.astype(np.float64)[None, :, None, None]
+    if spec.quant_pre is not None:
+        y = spec.quant_pre.fake_np(y).astype(np.float64)
     if residual is not None:
         y += residual
     if spec.clip_lo is not None:
         y = np.maximum(y, spec.clip_lo)
     if spec.clip_hi is not None:
         y = np.minimum(y, spec.clip_hi)
-    return activation_np(y, spec.act)
+    y = activation_np(y, spec.act)
+    return spec.quant.fake_np(y).astype(np.float64) if spec.quant is not None else y
+
+
+def quant_step(spec: ConvSpec) -> float:
+    """How far a correct kernel's output may land from the float64 reference where a fake-quant
+    rounds: a value within rounding error of a rounding boundary goes either way, one step of the
+    output's grid (plus the steps of a quantization before the residual add)."""
+    return (spec.quant.scale if spec.quant is not None else 0.0) + \
+        (spec.quant_pre.scale if spec.quant_pre is not None else 0.0)
 
 
 def schedule_tail(sch, conv_block, reduce_loop, spec: ConvSpec, pad_outer: int) -> None:

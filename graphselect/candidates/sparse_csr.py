@@ -118,7 +118,7 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=None) -> list[
                 ncb = -(-spec.in_channels // CB)
                 wbytes = 4 * ((R + 1) * nnzb + spec.out_channels // R * ncb + 1) + (4 * spec.out_channels if spec.bias else 0)
                 # the kernel's own epilogue knows bias, residual and clamp; an activation runs unfused
-                for fused in ((1, 0) if spec.act is None else (0,)):
+                for fused in ((1, 0) if spec.act is None and spec.quant is None and spec.quant_pre is None else (0,)):
                     params = dict(V=V, CB=CB, fused=fused, nnz=nnzb, pattern=pattern) | ({"R": R} if R > 1 else {})
                     out.append(Candidate(
                         family=FAMILY, params=tuple(sorted(params.items())),

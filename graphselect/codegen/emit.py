@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import layouts
-from ..graph.layers import Layer, _is_const, _op_name, clamp_of, const_value
+from ..graph.layers import FAKE_QUANT, Layer, _is_const, _op_name, clamp_of, const_value
 
 
 def _rx():
@@ -99,6 +99,8 @@ def emit_agnostic(bb, layer: Layer, expr, layout: str, env):
     """Emit the layout-agnostic op ``expr`` with its inputs (through ``env``) already in ``layout``
     (a fixed op: in NCHW; a matmul by a constant as a packed GEMV, :func:`emit_dense`)."""
     rx = _rx()
+    if layer.op == FAKE_QUANT:           # a QDQ pair by scalars: the same in any layout
+        return emit_fake_quant(bb, next(iter(env.values())), layer.quant)
     if layout == layouts.NCHW:
         dense = emit_dense(bb, expr, env)
         return dense if dense is not None else bb.emit(subst(expr, env))
@@ -129,6 +131,14 @@ def emit_agnostic(bb, layer: Layer, expr, layout: str, env):
     return bb.emit(rx.Call(expr.op, args, expr.attrs, expr.ty_args))
 
 
+def emit_fake_quant(bb, x, q):
+    """``relax.quantize`` then ``relax.dequantize`` of ``x`` by the scalars of ``q`` (``layers.Quant``)."""
+    rx = _rx()
+    s, z = rx.const(np.float32(q.scale)), rx.const(np.array(q.zero_point, q.dtype))
+    v = bb.emit(rx.op.quantize(x, s, z, axis=-1, out_dtype=q.dtype))
+    return bb.emit(rx.op.dequantize(v, s, z, axis=-1, out_dtype="float32"))
+
+
 def emit_conv(bb, layer: Layer, cand, prim_name: str, target, data, residual):
     """call_tir to the candidate's scheduled PrimFunc, weights pre-packed as constants; an
     epilogue the candidate cannot fuse follows as ordinary Relax ops (fused among themselves,
@@ -155,6 +165,8 @@ def emit_epilogue(bb, y, spec, bias, residual, layout: str):
     if spec.bias:
         b = np.asarray(bias, "float32").reshape(1, -1, 1, 1)
         y = bb.emit(rx.op.add(y, rx.const(layouts.pack(b, layout))))
+    if spec.quant_pre is not None:
+        y = emit_fake_quant(bb, y, spec.quant_pre)
     if spec.residual:
         y = bb.emit(rx.op.add(y, residual))
     if spec.clip_lo is not None:
@@ -170,4 +182,6 @@ def emit_epilogue(bb, y, spec, bias, residual, layout: str):
         y = bb.emit(rx.op.multiply(y, bb.emit(rx.op.divide(h, rx.const(np.float32(6.0))))))
     elif spec.act is not None:
         raise ValueError(f"unknown activation {spec.act!r}")
+    if spec.quant is not None:
+        y = emit_fake_quant(bb, y, spec.quant)
     return y

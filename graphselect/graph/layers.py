@@ -24,6 +24,54 @@ from . import layouts
 
 # Activations a conv can absorb after its clamp: x*sigmoid(x), x*clip(x+3, 0, 6)/6, sigmoid(x).
 ACTIVATIONS = ("silu", "hardswish", "sigmoid")
+FAKE_QUANT = "graphselect.fake_quant"   # the op of a layer made of a QDQ pair (quantize, then dequantize)
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Per-tensor affine quantization of an activation, as a QDQ model's QuantizeLinear ->
+    DequantizeLinear pair applies it: ``(clip(round(x / scale) + zero_point, qmin, qmax) -
+    zero_point) * scale`` (round half to even), a value on the integer grid, kept in float32."""
+    scale: float
+    zero_point: int
+    dtype: str                            # uint8 | int8
+
+    @property
+    def qmin(self) -> int:
+        return 0 if self.dtype == "uint8" else -128
+
+    @property
+    def qmax(self) -> int:
+        return 255 if self.dtype == "uint8" else 127
+
+    @property
+    def key(self) -> str:
+        return f"{self.dtype[0]}8({self.scale:.9g},{self.zero_point})"
+
+    def quantize_np(self, x: np.ndarray) -> np.ndarray:
+        """The integers (as float32) ``x`` maps to, in float32 arithmetic as the kernels compute it."""
+        q = np.rint(np.asarray(x, np.float32) / np.float32(self.scale)) + np.float32(self.zero_point)
+        return np.clip(q, self.qmin, self.qmax).astype(np.float32)
+
+    def fake_np(self, x: np.ndarray) -> np.ndarray:
+        """quantize then dequantize (float32)."""
+        return ((self.quantize_np(x) - np.float32(self.zero_point)) * np.float32(self.scale)).astype(np.float32)
+
+
+def weight_scales(w: np.ndarray) -> np.ndarray | None:
+    """Per-output-channel scales ``s`` with ``w == s * q`` for int8 ``q`` in [-127, 127], or None
+    when ``w`` is not on such a grid. The weights of a QDQ model's conv are dequantized int8
+    (symmetric, as onnxruntime's quantizer writes them: the largest magnitude is 127 steps), so
+    ``s = max|w| / 127`` recovers the integers exactly; any other weights fail the check."""
+    w = np.asarray(w, np.float32)
+    flat = w.reshape(w.shape[0], -1)
+    amax = np.abs(flat).max(axis=1)
+    s = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+    q = np.rint(flat / s[:, None])
+    if np.abs(q).max(initial=0) > 127:
+        return None
+    err = np.abs(q * s[:, None] - flat).max(axis=1)
+    return s if bool(np.all(err <= amax * 2.0 ** -20)) else None
 
 
 @dataclass(frozen=True)
@@ -42,8 +90,14 @@ class ConvSpec:
     residual: bool = False
     clip_lo: float | None = None          # ReLU is clip_lo=0
     clip_hi: float | None = None
-    act: str | None = None                # applied last: one of ACTIVATIONS
+    act: str | None = None                # applied after the clamp: one of ACTIVATIONS
     dilation: tuple[int, int] = (1, 1)
+    # QDQ models: ``quant_pre`` fake-quantizes conv + bias before the residual add, ``quant`` the
+    # result (last); ``qdq`` is the input's quantization when the input and the weights are both on
+    # an int8 grid, so the layer can be computed in integers (the int8 families)
+    quant_pre: Quant | None = None
+    quant: Quant | None = None
+    qdq: Quant | None = None
 
     @property
     def dilated(self) -> bool:
@@ -72,7 +126,8 @@ class ConvSpec:
 
     def bare(self) -> "ConvSpec":
         """The same convolution without its epilogue."""
-        return dataclasses.replace(self, bias=False, residual=False, clip_lo=None, clip_hi=None, act=None)
+        return dataclasses.replace(self, bias=False, residual=False, clip_lo=None, clip_hi=None, act=None,
+                                   quant_pre=None, quant=None)
 
     @property
     def depthwise(self) -> bool:
@@ -94,7 +149,8 @@ class ConvSpec:
 
     @property
     def epilogue(self) -> str:
-        parts = (["bias"] if self.bias else []) + (["res"] if self.residual else [])
+        parts = (["bias"] if self.bias else []) + ([f"q{self.quant_pre.key}"] if self.quant_pre else []) \
+            + (["res"] if self.residual else [])
         if self.clip_lo is not None or self.clip_hi is not None:
             if self.clip_lo == 0 and self.clip_hi is None:
                 parts.append("relu")
@@ -102,6 +158,8 @@ class ConvSpec:
                 parts.append(f"clip({self.clip_lo},{self.clip_hi})")
         if self.act is not None:
             parts.append(self.act)
+        if self.quant is not None:
+            parts.append(f"q{self.quant.key}")
         return "+".join(parts) or "none"
 
     @property
@@ -110,7 +168,8 @@ class ConvSpec:
         return (f"conv2d n{self.batch} c{self.in_channels} h{self.height} w{self.width} "
                 f"o{self.out_channels} k{self.kernel[0]}x{self.kernel[1]} s{self.stride[0]}x{self.stride[1]} "
                 f"p{','.join(map(str, self.padding))} g{self.groups}"
-                + (f" d{self.dilation[0]}x{self.dilation[1]}" if self.dilated else "") + f" epi={self.epilogue}")
+                + (f" d{self.dilation[0]}x{self.dilation[1]}" if self.dilated else "")
+                + (f" in={self.qdq.key}" if self.qdq else "") + f" epi={self.epilogue}")
 
     def describe(self) -> str:
         g = "" if self.groups == 1 else (" dw" if self.depthwise else f" g{self.groups}")
@@ -133,6 +192,7 @@ class Layer:
     binding: int = -1                  # index of the binding where the layer is emitted
     absorbed: tuple[int, ...] = ()     # bindings folded into this layer (conv epilogues)
     onnx_name: str = ""
+    quant: Quant | None = None         # a FAKE_QUANT layer's quantization
 
     @property
     def sparsity(self) -> float:
@@ -281,6 +341,36 @@ def _activation_at(cur, us, bindings, users, out_vars, rx):
     return None
 
 
+def _fake_quant(j: int, bindings, users, out_vars) -> tuple[Quant, int] | None:
+    """(its quantization, the dequantize's binding) when binding ``j`` quantizes by scalar
+    constants and its only reader dequantizes by the same ones: a QDQ pair, one fake-quant."""
+    v = bindings[j].value
+    if _op_name(v) != "relax.quantize" or not all(_scalar_const(a) for a in v.args[1:3]):
+        return None
+    dtype = str(v.attrs.out_dtype)
+    us = users.get(bindings[j].var, [])
+    if dtype not in ("uint8", "int8") or len(us) != 1 or bindings[j].var in out_vars:
+        return None
+    d = bindings[us[0]].value
+    if _op_name(d) != "relax.dequantize" or not d.args[0].same_as(bindings[j].var) \
+            or not all(_scalar_const(a) for a in d.args[1:3]) or str(d.attrs.out_dtype) != "float32":
+        return None
+    s, z = (float(const_value(a).reshape(())) for a in v.args[1:3])
+    if (float(const_value(d.args[1]).reshape(())), float(const_value(d.args[2]).reshape(()))) != (s, z) or s <= 0:
+        return None
+    return Quant(float(np.float32(s)), int(z), dtype), us[0]
+
+
+def _residual_of(v, cur, rx):
+    """The other operand when ``v`` adds a same-shaped tensor to ``cur`` (a residual add)."""
+    if _op_name(v) != "relax.add" or not all(isinstance(x, rx.Var) for x in v.args) \
+            or _shape(v.args[0]) != _shape(v.args[1]) or v.args[0].same_as(v.args[1]):
+        return None
+    if v.args[0].same_as(cur):
+        return v.args[1]
+    return v.args[0] if v.args[1].same_as(cur) else None
+
+
 def _channel_const(e, channels: int) -> bool:
     return _is_const(e) and (const_value(e).size == 1 or _shape(e) in ((1, channels, 1, 1), (channels, 1, 1)))
 
@@ -302,6 +392,8 @@ def _agnostic_layouts(call, in_shapes, out_shape, rx) -> tuple[str, ...]:
         n, c = out_shape[:2]
         ok = all(_shape(a) in (out_shape, (n, c, 1, 1)) for a in tensors) and \
             any(_shape(a) == out_shape for a in tensors) and all(_channel_const(c_, c) for c_ in consts)
+    elif name == "relax.quantize":        # a fake-quant pair by scalars (the caller checked)
+        ok = True
     elif name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         ok = call.attrs.layout == "NCHW" and call.attrs.out_layout == "NCHW"
     elif name == "relax.mean":
@@ -356,12 +448,28 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                 or a.out_layout != "NCHW":
             continue
         O = wshape[0]
-        ch = {"conv": i, "bias": None, "res": None, "lo": None, "hi": None, "act": None, "end": i}
+        ch = {"conv": i, "bias": None, "res": None, "lo": None, "hi": None, "act": None, "end": i,
+              "qpre": None, "quant": None}
         cur = b.var
         stage = 0
         while True:
             us = users.get(cur, [])
             if cur in out_vars or any(u in absorbed for u in us):
+                break
+            fq = _fake_quant(us[0], bindings, users, out_vars) if len(us) == 1 else None
+            if fq is not None and bindings[us[0]].value.args[0].same_as(cur):
+                q, d = fq
+                dvar = bindings[d].var
+                nxt = users.get(dvar, [])
+                absorbed.update((us[0], d))
+                ch["end"] = d
+                cur = dvar
+                if stage < 2 and len(nxt) == 1 and dvar not in out_vars and _residual_of(bindings[nxt[0]].value, cur, rx) \
+                        is not None:
+                    ch["qpre"] = q                 # quantized before the residual add (a QDQ ResNet)
+                    stage = 1
+                    continue
+                ch["quant"] = q
                 break
             act = _activation_at(cur, us, bindings, users, out_vars, rx) if stage < 4 else None
             if act is not None:
@@ -381,9 +489,8 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                     and const_value(v.args[1]).size == O and _shape(v.args[1]) in ((1, O, 1, 1), (O, 1, 1)):
                 ch["bias"] = const_value(v.args[1]).reshape(O).astype("float32")
                 stage = 1
-            elif stage < 2 and name == "relax.add" and all(isinstance(x, rx.Var) for x in v.args) \
-                    and _shape(v.args[0]) == _shape(v.args[1]) and not v.args[0].same_as(v.args[1]):
-                ch["res"] = v.args[1] if v.args[0].same_as(cur) else v.args[0]
+            elif stage < 2 and _residual_of(v, cur, rx) is not None:
+                ch["res"] = _residual_of(v, cur, rx)
                 stage = 2
             elif stage < 4 and cl is not None and (v.args[0].same_as(cur) if name != "relax.call_tir"
                                                    else v.args[1].fields[0].same_as(cur)):
@@ -426,7 +533,11 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                             stride=tuple(int(s) for s in a.strides), padding=pad, groups=int(a.groups),
                             bias=ch["bias"] is not None, residual=ch["res"] is not None,
                             clip_lo=ch["lo"], clip_hi=ch["hi"], act=ch["act"],
-                            dilation=tuple(int(d) for d in a.dilation))
+                            dilation=tuple(int(d) for d in a.dilation), quant_pre=ch["qpre"], quant=ch["quant"])
+            src = layers[producer[conv.args[0]]]
+            q_in = src.quant if src.op == FAKE_QUANT else (src.conv.quant if src.kind == "conv" else None)
+            if q_in is not None and spec.groups == 1 and weight_scales(w) is not None:
+                spec = dataclasses.replace(spec, qdq=q_in)
             ins = [producer[conv.args[0]]] + ([producer[ch["res"]]] if ch["res"] is not None else [])
             k = rank[ch["conv"]]
             name = f"conv{k}"
@@ -439,6 +550,20 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
             producer[b.var] = name
             continue
         if i in absorbed:
+            continue
+        fq = _fake_quant(i, bindings, users, out_vars)
+        if fq is not None and fq[1] not in absorbed:
+            q, d = fq
+            x = e.args[0]
+            if not isinstance(x, rx.Var) or x not in producer:
+                raise UnsupportedModel(f"value {getattr(x, 'name', x)} is used before it is defined")
+            shp = _shape(x)
+            lay = _agnostic_layouts(e, [shp], shp, rx)
+            name = f"fake_quant{i}"
+            layers[name] = Layer(name, "agnostic" if len(lay) > 1 else "fixed", FAKE_QUANT, (producer[x],),
+                                 _shape(bindings[d].var), layouts=lay, binding=d, absorbed=(i,), quant=q)
+            producer[bindings[d].var] = name
+            absorbed.add(d)
             continue
         vin = []
         for v in _vars_in(e, rx):

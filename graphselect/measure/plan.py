@@ -76,6 +76,8 @@ def _op_workload(layer: Layer, expr, in_shapes) -> str:
     cl = clamp_of(expr, rx) if isinstance(expr, rx.Call) else None
     if cl is not None:
         tail = f" clamp={cl}"
+    if layer.quant is not None:
+        tail += f" q={layer.quant.key}"
     return f"{layer.op} in={in_shapes} out={layer.out_shape} {a}{tail}"
 
 
@@ -188,13 +190,16 @@ def make_plan(lg: LayerGraph, target, families=None, precisions=("fp32",)) -> Pl
 def _conv_check(cand, layer: Layer, refs: dict) -> Check:
     """The layer's own weights on a fixed random input, against the float64 direct convolution
     (without the epilogue for a candidate that leaves it to separate ops)."""
-    from ..candidates.base import TOLERANCE, reference
+    from ..candidates.base import TOLERANCE, quant_step, reference
     spec = layer.conv
     fused = cand.fuses(spec)
     key = (layer.name, fused)       # per layer: layers with one workload have different weights
     if key not in refs:
         rng = np.random.default_rng(0)
         x = rng.standard_normal(spec.in_shape).astype("float32")
+        if spec.qdq is not None:    # the input a QDQ model feeds it: values on its grid
+            q = spec.qdq
+            x = ((rng.integers(q.qmin, q.qmax + 1, spec.in_shape) - q.zero_point) * np.float32(q.scale)).astype("float32")
         r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual and fused else None
         y = reference(spec, x, layer.weight, layer.bias, r) if fused else reference(spec.bare(), x, layer.weight,
                                                                                    None, None)
@@ -203,7 +208,8 @@ def _conv_check(cand, layer: Layer, refs: dict) -> Check:
     fam = cand_mod.family(cand)
     inputs = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, layer.weight, layer.bias) + \
         ([layouts.pack(r, cand.out_layout)] if r is not None else [])
-    return Check(inputs, layouts.pack(y.astype("float32"), cand.out_layout), getattr(fam, "TOLERANCE", TOLERANCE))
+    return Check(inputs, layouts.pack(y.astype("float32"), cand.out_layout), getattr(fam, "TOLERANCE", TOLERANCE),
+                 quant_step(spec) if fused else 0.0)
 
 
 def _epilogue_workload(spec, layout: str) -> tuple[str, str]:
