@@ -5,8 +5,10 @@
   greedy        per-layer fastest candidate with warm weights, layouts fixed up locally
   graphselect   what ``graphselect.optimize`` returns (the closed loop's final assignment), in
                 --precision fp32 (default), bf16 or auto
-  graphselect-fp32  with --precision bf16|auto: the same model optimized in fp32, as a peer
-  onnxruntime   CPU execution provider
+  graphselect-fp32  with --precision bf16|auto: the same model optimized in fp32, as a peer;
+                with --qdq: the float model (before quantization) optimized in fp32
+  onnxruntime   CPU execution provider (on a --qdq model: its int8 kernels)
+  onnxruntime-fp32  with --qdq: onnxruntime on the float model
   openvino      OpenVINO's CPU plugin in f32, with --openvino (where it is installed)
   openvino-default  the same with no precision hint: what OpenVINO picks for this CPU (bf16 where
                 it has AMX or AVX512-BF16; the row says which)
@@ -14,7 +16,7 @@
 
 Usage: python bench/e2e.py MODEL [MODEL...] [--runs 60] [--threads 2] [--batch 1] [--image-size N]
                            [--sparsity 0.7 [--block 4]] [--tvm-default] [--openvino] [--deepsparse] [--tag TEXT]
-                           [--precision fp32|bf16|auto [--tolerance 0.02]]
+                           [--precision fp32|bf16|auto [--tolerance 0.02]] [--qdq]
        python bench/e2e.py --summarize bench/results/e2e-*.json   (one table of earlier runs)
 
 Each model is optimized as a user runs it (default record store, so calibration from earlier
@@ -98,6 +100,8 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
                     help="what graphselect may compute in (bf16/auto: the fp32 optimization is timed beside it)")
     ap.add_argument("--tolerance", type=float, default=None, help="--precision auto's accuracy budget")
+    ap.add_argument("--qdq", action="store_true", help="quantize each zoo model to int8 QDQ first (onnxruntime's "
+                    "static quantizer): every peer runs the QDQ model, graphselect-fp32 and onnxruntime-fp32 the float one")
     a = ap.parse_args()
     if a.summarize:
         print(_table([r for f in a.summarize for r in json.loads(Path(f).read_text())]))
@@ -126,9 +130,16 @@ def main():
         else:
             m = __import__("onnx").load(name)
             label = Path(name).stem
+        m_float = None
+        if a.qdq:
+            m_float, m = m, models.quantize_qdq(m)
+            label += " QDQ int8"
+            t0 = time.perf_counter()          # optimize's time, not the quantizer's
         res = graphselect.optimize(m, threads=a.threads, name=label, precision=a.precision, tolerance=a.tolerance)
         t_opt = time.perf_counter() - t0
-        fp32 = graphselect.optimize(m, threads=a.threads, name=label) if a.precision != "fp32" else None
+        fp32 = graphselect.optimize(m_float if m_float is not None else m, threads=a.threads,
+                                    name=label.replace(" QDQ int8", "")) \
+            if a.precision != "fp32" or m_float is not None else None
         rep, ex = res.report, res.extra
         sel, lg, plan = ex["selection"], ex["lg"], ex["plan"]
         iso, prob = sel.isolated, sel.problem
@@ -164,6 +175,9 @@ def main():
             ratio[peer] = r.ratio(peer, "graphselect") * to_ort
 
         peer_err, peer_precision = {}, {}
+        if m_float is not None:
+            versus("onnxruntime-fp32", ort_runner(ort_session(m_float.SerializeToString(), a.threads),
+                                                  {res.input_name: x}))
         if a.openvino:
             for peer, prec in (("openvino", "f32"), ("openvino-default", None)):
                 ov = openvino_runner(m, x, a.threads, prec)
@@ -232,8 +246,8 @@ def _quiet(blocks) -> float:
     return float(np.percentile(meds, 25)) if meds else float("nan")
 
 
-PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "graphselect-fp32", "onnxruntime", "openvino",
-         "openvino-default", "deepsparse")
+PEERS = ("tvm-default", "uniform", "greedy", "graphselect", "graphselect-fp32", "onnxruntime", "onnxruntime-fp32",
+         "openvino", "openvino-default", "deepsparse")
 
 
 def _err(p, m):
@@ -250,8 +264,9 @@ def _line(r):
 
 def _precision(r) -> str:
     p = r.get("precision") or {}
-    n = (p.get("layers") or {}).get("bf16", 0)
-    return f"{p.get('mode', 'fp32')} ({n})" if p else "fp32"
+    lay = p.get("layers") or {}
+    low = ", ".join(f"{k} {v}" for k, v in sorted(lay.items()) if k != "fp32") or "0"
+    return f"{p.get('mode', 'fp32')} ({low})" if p else "fp32"
 
 
 def _table(rows):
@@ -264,8 +279,9 @@ def _table(rows):
                   "| model | input | graphselect ms (x ORT) | onnxruntime ms | greedy / graphselect | uniform x ORT | "
                   "predicted ms | error vs quiet | error vs median | optimize's check: error vs quiet | "
                   "returned / fastest built | rounds | optimize s (measure, select) | max rel err | OpenVINO x ORT | "
-                  "DeepSparse x ORT | precision (bf16 layers) | graphselect fp32 x ORT | OpenVINO default x ORT |",
-                  "|" + "---|" * 19]
+                  "DeepSparse x ORT | precision (lower-precision layers) | graphselect fp32 x ORT | OpenVINO default x ORT | "
+                  "ORT fp32 x ORT |",
+                  "|" + "---|" * 20]
         for r in rows:
             p = r["predicted_ms"]["graphselect"]
             chk = r.get("optimize_check_ms") or {}
@@ -285,7 +301,9 @@ def _table(rows):
                 + f"{_precision(r)} | "
                 + (f"{r['ratio_to_ort']['graphselect-fp32']:.3f} | " if "graphselect-fp32" in r["ratio_to_ort"] else "— | ")
                 + (f"{r['ratio_to_ort']['openvino-default']:.3f} ({r['peer_precision'].get('openvino-default')}) | "
-                   if "openvino-default" in r["ratio_to_ort"] else "— | "))
+                   if "openvino-default" in r["ratio_to_ort"] else "— | ")
+                + (f"{r['ratio_to_ort']['onnxruntime-fp32']:.3f} | " if "onnxruntime-fp32" in r["ratio_to_ort"]
+                   else "— | "))
         eq = [abs(_err(r["predicted_ms"]["graphselect"], r["quiet_ms"]["graphselect"])) for r in rows]
         em = [abs(_err(r["predicted_ms"]["graphselect"], r["ms"]["graphselect"])) for r in rows]
         worst = max(r["returned_over_fastest"] or 1.0 for r in rows)

@@ -65,18 +65,24 @@ def _parse_shape(texts):
     return bare[0] if bare else named
 
 
-def _resolve_model(arg: str, sparsity: float = 0.0):
-    """A path to an .onnx file, or the name of a zoo model (optionally pruned)."""
+def _resolve_model(arg: str, sparsity: float = 0.0, qdq: bool = False):
+    """A path to an .onnx file, or the name of a zoo model (optionally pruned, or quantized to QDQ)."""
     p = Path(arg)
     if p.exists():
         if sparsity:
             raise GraphSelectError("--sparsity prunes zoo models only; prune your own model before exporting it")
+        if qdq:
+            raise GraphSelectError("--qdq quantizes zoo models only; quantize your own model (onnxruntime's "
+                                   "quantize_static, QDQ format) before passing it")
         return str(p), p.stem
     import models
     if arg in models.ZOO:
         if not 0.0 <= sparsity < 1.0:
             raise GraphSelectError(f"--sparsity must be in [0, 1), got {sparsity}")
-        return models.build(arg, sparsity=sparsity), arg + (f"-sp{round(sparsity * 100)}" if sparsity else "")
+        m = models.build(arg, sparsity=sparsity)
+        if qdq:
+            m = models.quantize_qdq(m)
+        return m, arg + (f"-sp{round(sparsity * 100)}" if sparsity else "") + ("-qdq" if qdq else "")
     if p.suffix.lower() == ".onnx" or os.sep in arg:
         raise GraphSelectError(f"model file not found: {arg}")
     raise GraphSelectError(f"{arg!r} is neither a file nor a zoo model; zoo models: {', '.join(models.ZOO)}")
@@ -94,7 +100,7 @@ def _parse_budget(text: str):
 def cmd_optimize(a) -> int:
     from .api import optimize
     from .report.terminal import summary_table
-    model, name = _resolve_model(a.model, a.sparsity)
+    model, name = _resolve_model(a.model, a.sparsity, a.qdq)
     outdir = Path(a.output or os.path.join("graphselect-out", name))
     _check_writable_folder(outdir)          # before minutes of measurement, not after
     cache = None if a.no_cache else (a.cache or True)
@@ -233,6 +239,9 @@ def cmd_zoo(a) -> int:
     if not 0.0 <= a.sparsity < 1.0:
         raise GraphSelectError(f"--sparsity must be in [0, 1), got {a.sparsity}")
     models.save(a.name, tmp, batch=a.batch, image_size=a.image_size, seed=a.seed, sparsity=a.sparsity)
+    if a.qdq:
+        import onnx
+        onnx.save(models.quantize_qdq(onnx.load(tmp), seed=a.seed), tmp)
     os.replace(tmp, out)
     print(out)
     return 0
@@ -249,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "[-mtriple=TRIPLE] [-mattr=...]' (another CPU needs --rpc-tracker)")
     _device_options(o, target=False)
     o.add_argument("--sparsity", type=float, default=0.0, help="prune a zoo model's convs to this sparsity first")
+    o.add_argument("--qdq", action="store_true",
+                   help="quantize a zoo model to int8 first (onnxruntime's static quantizer, QDQ format)")
     o.add_argument("-o", "--output", help="output folder (default graphselect-out/MODEL)")
     o.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs available)")
     o.add_argument("--input-shape", action="append",
@@ -305,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     zb.add_argument("--image-size", type=int, default=None)
     zb.add_argument("--seed", type=int, default=0)
     zb.add_argument("--sparsity", type=float, default=0.0, help="magnitude-prune every conv to this sparsity")
+    zb.add_argument("--qdq", action="store_true",
+                    help="quantize to int8 (onnxruntime's static quantizer, QDQ format, calibrated on random inputs)")
     z.set_defaults(func=cmd_zoo)
     return ap
 

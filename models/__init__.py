@@ -7,6 +7,7 @@ Public API: ``ZOO`` (name -> builder), ``build``, ``list_models``, ``save``.
 """
 
 from .prune import prune
+from .quantize import quantize_qdq
 from .zoo import ZOO, build, list_models, save
 
-__all__ = ["ZOO", "build", "list_models", "save", "prune"]
+__all__ = ["ZOO", "build", "list_models", "save", "prune", "quantize_qdq"]

@@ -46,7 +46,9 @@ class Quant:
 
     @property
     def key(self) -> str:
-        return f"{self.dtype[0]}8({self.scale:.9g},{self.zero_point})"
+        """What a kernel's cost depends on: the type, not the scale or zero point (so the layers of
+        one shape share their measurements, as float layers do; each is built with its own)."""
+        return f"{self.dtype[0]}8"
 
     def quantize_np(self, x: np.ndarray) -> np.ndarray:
         """The integers (as float32) ``x`` maps to, in float32 arithmetic as the kernels compute it."""

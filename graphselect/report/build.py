@@ -150,12 +150,12 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
 def _precision(settings, acc, checked, layers, label) -> dict:
     """What the returned network computes in and how far that takes it from fp32."""
     convs = [r for r in layers if r["kind"] == "conv"]
+    lowp = sorted({r["precision"] for r in convs} - {"fp32"})
     out = {"mode": settings.precision, "tolerance": settings.tolerance if settings.precision != "fp32" else None,
            "layers": _count(r["precision"] for r in convs),
-           # a bf16 kernel takes and returns fp32 activations (NCHW[x]c, as nchwc): it converts its input
-           # to bf16 in its padding pass, so no conversion runs between kernels
-           "conversions": "inside the bf16 kernels (their input pass)" if any(r["precision"] != "fp32" for r in convs)
-           else "none"}
+           # a bf16 or int8 kernel takes and returns fp32 activations (NCHW[x]c, as nchwc): it converts
+           # (quantizes) its input in its padding pass, so no conversion runs between kernels
+           "conversions": f"inside the {'/'.join(lowp)} kernels (their input pass)" if lowp else "none"}
     err = checked.errors.get(label)
     if settings.precision != "fp32":
         out.update(max_rel_err=err, within_tolerance=None if err is None else bool(err <= settings.tolerance),

@@ -136,7 +136,8 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
         ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
         ("max rel err", (f"{err:.2e}" if _num(err) else MISSING)
          + (f" (every output, against {ref['name']})" if ref.get("name") else "")),
-        *([("precision", _precision(report))] if (report.get("precision") or {}).get("mode", "fp32") != "fp32" else []),
+        *([("precision", _precision(report))] if (report.get("precision") or {}).get("mode", "fp32") != "fp32"
+          or set((report.get("precision") or {}).get("layers") or {}) - {"fp32"} else []),
         ("in place", _breakdown(report)),
         ("stages", _stages(report)),
         ("records", _records(report)),
@@ -150,6 +151,8 @@ def _precision(report: dict) -> str:
     top1 = (f"; top-1 equal to fp32 on {sm['top1_agree']}/{sm['top1_total']} sample inputs"
             if _num(sm.get("top1_total")) and sm.get("top1_total") else "")
     worst = f", {sm['max_rel_error']:.2e} at worst over {sm['inputs']} inputs" if _num(sm.get("max_rel_error")) else ""
+    if p.get("mode") == "fp32":       # a QDQ model's int8 convs: its own arithmetic, no tolerance spent
+        return f"fp32: {layers} conv layers (int8: the QDQ model's quantized convs, computed in integers)"
     within = {True: "within", False: "OVER"}.get(p.get("within_tolerance"), MISSING)
     return (f"{_s(p.get('mode'))}: {layers} conv layers; error {within} the tolerance {_s(p.get('tolerance'))}"
             f"{worst}{top1}")
