@@ -55,7 +55,7 @@ def dims(vi: onnx.ValueInfoProto) -> list[int]:
 def test_zoo_has_exactly_the_documented_models():
     assert list(ZOO) == NAMES + ["one_conv"]          # the classifiers, and one bare conv
     assert [n for n, _ in list_models()] == NAMES + ["one_conv"]
-    assert models.__all__ == ["ZOO", "build", "list_models", "save", "prune"]
+    assert models.__all__ == ["ZOO", "build", "list_models", "save", "prune", "quantize_qdq"]
 
 
 # ------------------------------------------------------------------ structure
