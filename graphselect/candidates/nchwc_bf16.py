@@ -131,11 +131,19 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     lowp.register()
     ib, ob, reg_n = cand.param("ic_bn"), cand.param("oc_bn"), cand.param("reg_n")
     sch = Schedule(compute(spec, ib, ob))
+    schedule_dot(sch, reg_n, lowp.DOT)
+    return lowp.with_llvm_import(finish(sch.mod["main"], cand, spec, name))
+
+
+def schedule_dot(sch, reg_n: int, intrin: str) -> None:
+    """The schedule of a blocked conv whose innermost reduction is a dot-product instruction (this
+    family's and ``nchwc_int8``'s): a register tile of ``reg_n`` pixels by the output block, the
+    epilogue on the accumulator tile, ``intrin`` tensorized over each 16 lanes."""
     conv, epi = sch.get_sblock("conv2d_NCHWc"), sch.get_sblock("epilogue")
-    n, occ, oh, ow, ocb, rc, rh, rw, r2, r1 = sch.get_loops(conv)
+    n, occ, oh, ow, ocb, rc, rh, rw, rv, r1 = sch.get_loops(conv)
     ow_o, ow_i = sch.split(ow, [None, reg_n])
     ocv, oc16 = sch.split(ocb, [None, LANES])
-    sch.reorder(n, occ, oh, ow_o, rc, rh, rw, r2, ow_i, ocv, oc16, r1)
+    sch.reorder(n, occ, oh, ow_o, rc, rh, rw, rv, ow_i, ocv, oc16, r1)
     sch.unroll(ow_i)
     sch.unroll(ocv)
     sch.unroll(rw)
@@ -148,11 +156,10 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     # vectorize/unroll/parallel before decompose_reduction (TVM 0.27 trap); tensorize after it
     init = sch.decompose_reduction(conv, rc)
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.tensorize(oc16, lowp.DOT)
+    sch.tensorize(oc16, intrin)
     pl = sch.get_loops(sch.get_sblock("data_pad"))
     sch.parallel(sch.fuse(*pl[:3]))
     sch.vectorize(pl[-1])
-    return lowp.with_llvm_import(finish(sch.mod["main"], cand, spec, name))
 
 
 def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:

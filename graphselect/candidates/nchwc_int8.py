@@ -32,36 +32,20 @@ import numpy as np
 from ..graph import layouts
 from ..graph.layers import ConvSpec, weight_scales
 from ..target import AVX512
-from .base import Candidate, divisors_in, epilogue_compute, finish, make_candidate
+from . import nchwc_bf16
+from .base import Candidate, epilogue_compute, finish, make_candidate
+from .nchwc_bf16 import _in_blocks, _blocks, _pointwise, _reg_ns, schedule_dot
 
 FAMILY = "nchwc_int8"
 PRECISION = "int8"
+DEPENDS = (nchwc_bf16,)    # its channel blocks, register tiles and schedule (part of the code version)
 VNNI = "avx512_vnni"       # the VectorIsa feature this family needs
 INTRIN = "graphselect_vpdpbusd_16x4"   # tensor intrinsic: C[16] += A[4] . B[16, 4] (u8 x s8 -> s32)
 LANES = 16
 
 
-def _blocks(ch: int) -> list[int]:
-    return [b for b in (LANES, 2 * LANES) if ch % b == 0]
-
-
-def _in_blocks(ch: int) -> list[int]:
-    """Input channel blocks: one and two vectors, or all channels in one block when fewer than a
-    vector (a stem's 3: computed as 4, the quad completed with a zero-weight channel)."""
-    return _blocks(ch) or ([ch] if ch < LANES else [])
-
-
 def _quads(ib: int) -> int:
     return (ib + 3) // 4
-
-
-def _reg_ns(ow: int, oc_bn: int) -> list[int]:
-    ds = divisors_in(ow, 4, 28 * LANES // oc_bn) or [max(divisors_in(ow, 1, 28 * LANES // oc_bn))]
-    return ds[-2:]
-
-
-def _pointwise(spec: ConvSpec) -> bool:
-    return spec.kernel == (1, 1) and not any(spec.padding)
 
 
 def _converted_bytes(spec: ConvSpec) -> int:
@@ -177,25 +161,7 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     register()
     ib, ob, reg_n = cand.param("ic_bn"), cand.param("oc_bn"), cand.param("reg_n")
     sch = Schedule(compute(spec, ib, ob))
-    conv, epi = sch.get_sblock("conv2d_NCHWc"), sch.get_sblock("epilogue")
-    n, occ, oh, ow, ocb, rc, rh, rw, r4, r1 = sch.get_loops(conv)
-    ow_o, ow_i = sch.split(ow, [None, reg_n])
-    ocv, oc16 = sch.split(ocb, [None, LANES])
-    sch.reorder(n, occ, oh, ow_o, rc, rh, rw, r4, ow_i, ocv, oc16, r1)
-    sch.unroll(ow_i)
-    sch.unroll(ocv)
-    sch.unroll(rw)
-    sch.reverse_compute_at(epi, ow_o)
-    el = sch.get_loops(epi)
-    sch.vectorize(el[-1])
-    sch.unroll(el[-2])
-    sch.parallel(sch.fuse(n, occ, oh))
-    init = sch.decompose_reduction(conv, rc)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.tensorize(oc16, INTRIN)
-    pl = sch.get_loops(sch.get_sblock("data_pad"))
-    sch.parallel(sch.fuse(*pl[:3]))
-    sch.vectorize(pl[-1])
+    schedule_dot(sch, reg_n, INTRIN)
     return finish(sch.mod["main"], cand, spec, name)
 
 
