@@ -30,7 +30,7 @@ def quantize_qdq(model: onnx.ModelProto, *, samples: int = 8, seed: int = 0) -> 
     with tempfile.TemporaryDirectory() as d:
         src, pre, dst = Path(d) / "float.onnx", Path(d) / "pre.onnx", Path(d) / "qdq.onnx"
         onnx.save(model, src)
-        quant_pre_process(str(src), str(pre))
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)   # static shapes: no sympy needed
         quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         return onnx.load(dst)
