@@ -61,6 +61,18 @@ def test_optimize_writes_library_module_and_report(tmp_path):
     assert rec["retimed"] <= max(2, rec["jobs"] // 10), rec
 
 
+def test_zoo_build_qdq_writes_a_quantized_model_and_files_are_not_requantized(tmp_path):
+    out = tmp_path / "tiny-qdq.onnx"
+    r = run("zoo", "build", "tiny", "--qdq", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    m = onnx.load(out)
+    ops = [n.op_type for n in m.graph.node]
+    assert ops.count("QuantizeLinear") > 0 and ops.count("DequantizeLinear") > ops.count("QuantizeLinear")
+    assert "BatchNormalization" not in ops                # folded into the convs before quantizing
+    r = run("optimize", str(out), "--qdq")
+    assert r.returncode == 2 and "zoo models only" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     r = run("optimize", str(tmp_path / "nope.onnx"))
     assert r.returncode == 2
