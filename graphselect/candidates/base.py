@@ -87,15 +87,21 @@ def epilogue_compute(conv, spec: ConvSpec, bias, residual, bias_index):
     return te.compute(conv.shape, f, name="epilogue")
 
 
-def fake_quant(v, q):
-    """A QDQ pair on the float32 TIR value ``v`` (``layers.Quant``), as TVM legalizes
-    ``relax.quantize``/``dequantize``: divide, round half to even, add the zero point, clamp."""
+def quantize(v, q):
+    """The integer (as a float32 TIR value) ``v`` quantizes to by ``q`` (``layers.Quant``), as TVM
+    legalizes ``relax.quantize``: divide, round half to even, add the zero point, clamp."""
     import tvm
     from tvm import te
     f32 = lambda c: tvm.tirx.const(c, "float32")  # noqa: E731
     r = te.round(v / f32(q.scale)) + f32(q.zero_point)
-    r = te.min(te.max(r, f32(q.qmin)), f32(q.qmax))
-    return (r - f32(q.zero_point)) * f32(q.scale)
+    return te.min(te.max(r, f32(q.qmin)), f32(q.qmax))
+
+
+def fake_quant(v, q):
+    """A QDQ pair on the float32 TIR value ``v``: :func:`quantize`, then dequantize."""
+    import tvm
+    f32 = lambda c: tvm.tirx.const(c, "float32")  # noqa: E731
+    return (quantize(v, q) - f32(q.zero_point)) * f32(q.scale)
 
 
 def activation(v, act: str | None):

@@ -58,15 +58,16 @@ def _pointwise(spec: ConvSpec) -> bool:
     return spec.kernel == (1, 1) and not any(spec.padding)
 
 
-def _converted_bytes(spec: ConvSpec) -> int:
-    """The bf16 copy of the input the kernel makes."""
+def _converted_bytes(spec: ConvSpec, depth: int = 2, itemsize: int = 2) -> int:
+    """The converted copy of the input the kernel makes: bf16 (2 bytes, channel pairs) here, uint8
+    (1 byte, channel quads) in ``nchwc_int8``."""
     n, c, h, w = spec.in_shape
     if c < LANES:
-        c = 2 * _pairs(c)             # a stem's odd channel count completed by a zero channel
+        c = -(-c // depth) * depth     # a stem's channel count completed by zero channels
     if _pointwise(spec):
-        return 2 * n * c * spec.out_h * spec.out_w
+        return itemsize * n * c * spec.out_h * spec.out_w
     pt, pl, pb, pr = spec.padding
-    return 2 * n * c * (h + pt + pb) * (w + pl + pr)
+    return itemsize * n * c * (h + pt + pb) * (w + pl + pr)
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:

@@ -30,33 +30,21 @@ import dataclasses
 import numpy as np
 
 from ..graph import layouts
-from ..graph.layers import ConvSpec, weight_scales
+from ..graph.layers import ConvSpec, int8_weights
 from ..target import AVX512
 from . import nchwc_bf16
-from .base import Candidate, epilogue_compute, finish, make_candidate
-from .nchwc_bf16 import _in_blocks, _blocks, _pointwise, _reg_ns, schedule_dot
+from .base import Candidate, epilogue_compute, finish, make_candidate, quantize
+from .nchwc_bf16 import LANES, _blocks, _converted_bytes, _in_blocks, _pointwise, _reg_ns, schedule_dot
 
 FAMILY = "nchwc_int8"
 PRECISION = "int8"
 DEPENDS = (nchwc_bf16,)    # its channel blocks, register tiles and schedule (part of the code version)
 VNNI = "avx512_vnni"       # the VectorIsa feature this family needs
 INTRIN = "graphselect_vpdpbusd_16x4"   # tensor intrinsic: C[16] += A[4] . B[16, 4] (u8 x s8 -> s32)
-LANES = 16
 
 
 def _quads(ib: int) -> int:
     return (ib + 3) // 4
-
-
-def _converted_bytes(spec: ConvSpec) -> int:
-    """The uint8 copy of the input the kernel makes."""
-    n, c, h, w = spec.in_shape
-    if c < LANES:
-        c = 4 * _quads(c)
-    if _pointwise(spec):
-        return n * c * spec.out_h * spec.out_w
-    pt, pl, pb, pr = spec.padding
-    return n * c * (h + pt + pb) * (w + pl + pr)
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:
@@ -69,7 +57,7 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> lis
             for rn in _reg_ns(spec.out_w, ob):
                 c = make_candidate(FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
                                    weight_layout=f"OIHW{_quads(ib)}i{ob}o4i", weight_elems=kelems,
-                                   workspace_bytes=_converted_bytes(spec), ic_bn=ib, oc_bn=ob, reg_n=rn)
+                                   workspace_bytes=_converted_bytes(spec, 4, 1), ic_bn=ib, oc_bn=ob, reg_n=rn)
                 packed = kelems // spec.in_channels * 4 * _quads(ib) * (spec.in_channels // ib)
                 # int8 weights (a zero channel completing a stem's quad), int32 + float32 per channel
                 out.append(dataclasses.replace(c, weight_bytes=c.weight_bytes - 4 * kelems + packed
@@ -93,13 +81,12 @@ def compute(spec: ConvSpec, ib: int, ob: int):
     f32 = lambda v: tirx.const(v, "float32")  # noqa: E731
     zero_u8 = tirx.const(q.zero_point - q.qmin, "uint8")
 
-    def quantize(v):
-        r = te.round(v / f32(q.scale)) + f32(q.zero_point - q.qmin)
-        return te.min(te.max(r, f32(0.0)), f32(q.qmax - q.qmin)).astype("uint8")
+    def to_u8(v):                # the quantized value, shifted into [0, 255] for vpdpbusd
+        return (quantize(v, q) - f32(q.qmin)).astype("uint8")
 
     if _pointwise(spec):
         def strided(b, cc, y, x, i):
-            v = quantize(data[b, cc, y * sh, x * sw, tirx.min(i, ib - 1)])
+            v = to_u8(data[b, cc, y * sh, x * sw, tirx.min(i, ib - 1)])
             return v if cp == ib else tirx.if_then_else(i < ib, v, zero_u8)
         xb = te.compute((n, c // ib, OH, OW, cp), strided, name="data_pad")
 
@@ -108,7 +95,7 @@ def compute(spec: ConvSpec, ib: int, ob: int):
     else:
         def padded(b, cc, y, x, i):
             inside = tirx.all(y >= pt, y < h + pt, x >= pl, x < w + pl, i < ib)
-            return tirx.if_then_else(inside, quantize(data[b, cc, y - pt, x - pl, tirx.min(i, ib - 1)]), zero_u8)
+            return tirx.if_then_else(inside, to_u8(data[b, cc, y - pt, x - pl, tirx.min(i, ib - 1)]), zero_u8)
         xb = te.compute((n, c // ib, h + pt + pb, w + pl + pr, cp), padded, name="data_pad")
 
         def read(b, cc, y, x, ky, kx, i):
@@ -165,19 +152,13 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
     return finish(sch.mod["main"], cand, spec, name)
 
 
-def quantized_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 weights, per-output-channel scales) of a QDQ model's dequantized weights."""
-    s = weight_scales(weight)
-    if s is None:
-        raise ValueError("the weights are not dequantized int8 (symmetric, per output channel)")
-    q = np.rint(weight.reshape(weight.shape[0], -1) / s[:, None]).reshape(weight.shape)
-    return q.astype(np.int8), s
-
-
 def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
     ib, ob = cand.param("ic_bn"), cand.param("oc_bn")
     q = spec.qdq
-    wq, s = quantized_weights(weight)
+    got = int8_weights(weight)
+    if got is None:
+        raise ValueError("the weights are not dequantized int8 (symmetric, per output channel)")
+    wq, s = got
     O, I, KH, KW = weight.shape
     cp = 4 * _quads(ib)
     share = (q.zero_point - q.qmin) * wq.reshape(O, -1).astype(np.int64).sum(axis=1)

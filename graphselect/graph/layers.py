@@ -60,11 +60,11 @@ class Quant:
         return ((self.quantize_np(x) - np.float32(self.zero_point)) * np.float32(self.scale)).astype(np.float32)
 
 
-def weight_scales(w: np.ndarray) -> np.ndarray | None:
-    """Per-output-channel scales ``s`` with ``w == s * q`` for int8 ``q`` in [-127, 127], or None
-    when ``w`` is not on such a grid. The weights of a QDQ model's conv are dequantized int8
-    (symmetric, as onnxruntime's quantizer writes them: the largest magnitude is 127 steps), so
-    ``s = max|w| / 127`` recovers the integers exactly; any other weights fail the check."""
+def int8_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int8 ``q``, per-output-channel scales ``s``) with ``w == s * q`` and ``q`` in [-127, 127],
+    or None when ``w`` is not on such a grid. The weights of a QDQ model's conv are dequantized
+    int8 (symmetric, as onnxruntime's quantizer writes them: the largest magnitude is 127 steps),
+    so ``s = max|w| / 127`` recovers the integers exactly; any other weights fail the check."""
     w = np.asarray(w, np.float32)
     flat = w.reshape(w.shape[0], -1)
     amax = np.abs(flat).max(axis=1)
@@ -73,7 +73,7 @@ def weight_scales(w: np.ndarray) -> np.ndarray | None:
     if np.abs(q).max(initial=0) > 127:
         return None
     err = np.abs(q * s[:, None] - flat).max(axis=1)
-    return s if bool(np.all(err <= amax * 2.0 ** -20)) else None
+    return (q.reshape(w.shape).astype(np.int8), s) if bool(np.all(err <= amax * 2.0 ** -20)) else None
 
 
 @dataclass(frozen=True)
@@ -491,8 +491,8 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                     and const_value(v.args[1]).size == O and _shape(v.args[1]) in ((1, O, 1, 1), (O, 1, 1)):
                 ch["bias"] = const_value(v.args[1]).reshape(O).astype("float32")
                 stage = 1
-            elif stage < 2 and _residual_of(v, cur, rx) is not None:
-                ch["res"] = _residual_of(v, cur, rx)
+            elif stage < 2 and (res := _residual_of(v, cur, rx)) is not None:
+                ch["res"] = res
                 stage = 2
             elif stage < 4 and cl is not None and (v.args[0].same_as(cur) if name != "relax.call_tir"
                                                    else v.args[1].fields[0].same_as(cur)):
@@ -538,7 +538,7 @@ def extract(mod, *, onnx_conv_names: tuple[str, ...] = ()) -> LayerGraph:
                             dilation=tuple(int(d) for d in a.dilation), quant_pre=ch["qpre"], quant=ch["quant"])
             src = layers[producer[conv.args[0]]]
             q_in = src.quant if src.op == FAKE_QUANT else (src.conv.quant if src.kind == "conv" else None)
-            if q_in is not None and spec.groups == 1 and weight_scales(w) is not None:
+            if q_in is not None and spec.groups == 1 and int8_weights(w) is not None:
                 spec = dataclasses.replace(spec, qdq=q_in)
             ins = [producer[conv.args[0]]] + ([producer[ch["res"]]] if ch["res"] is not None else [])
             k = rank[ch["conv"]]

@@ -9,7 +9,7 @@ import tvm  # noqa: F401 - a hard dependency: a broken install must fail, not sk
 
 from graphselect import candidates
 from graphselect.candidates import base, nchwc_int8
-from graphselect.graph.layers import ConvSpec, Quant, weight_scales
+from graphselect.graph.layers import ConvSpec, Quant, int8_weights
 from graphselect.measure.jobs import Artifact, Check, NumericalError, check_output
 from graphselect.target import AVX512, VectorIsa, parse_target
 from tests.reference import run_candidate
@@ -96,14 +96,14 @@ def test_weight_scales_recover_a_quantizers_integers_and_refuse_float_weights():
     q = rng.integers(-127, 128, (8, 5, 3, 3))
     q[:, 2, 1, 1] = -127
     w = (q * s[:, None, None, None]).astype("float32")
-    got = weight_scales(w)
-    assert got is not None and np.allclose(got, s, rtol=1e-6)
-    wq, s2 = nchwc_int8.quantized_weights(w)
+    got = int8_weights(w)
+    assert got is not None and np.allclose(got[1], s, rtol=1e-6)
+    wq, s2 = got
     assert np.array_equal(wq, q) and wq.dtype == np.int8
-    assert weight_scales(rng.standard_normal((8, 5, 3, 3)).astype("float32")) is None
+    assert int8_weights(rng.standard_normal((8, 5, 3, 3)).astype("float32")) is None
     zero = w.copy()
     zero[3] = 0.0                                         # a pruned channel is on every grid
-    assert weight_scales(zero) is not None
+    assert int8_weights(zero) is not None
 
 
 def test_fake_quant_rounds_half_to_even_and_saturates_like_onnx():
