@@ -115,7 +115,7 @@ def main():
 
     import graphselect
     import models
-    from graphselect import pipeline
+    from graphselect.stages import build, settings
     from graphselect.measure.e2e import compare, median, ort_runner, ort_session, time_calls, vm_runner
 
     rows = []
@@ -147,11 +147,11 @@ def main():
         sess = ort_session(m.SerializeToString(), a.threads)
         unis = {b: uniform_choice(iso, lg, plan, b) for b in (16, 32)}
         ub = min(unis, key=lambda b: iso.evaluate(unis[b]))
-        s = pipeline.settings(threads=a.threads, benchmark_runs=0)
+        s = settings.settings(threads=a.threads, benchmark_runs=0)
         imported, measured = ex["imported"], ex["measured"]
         greedy = next((b for b in sel.built if b.choice == tuple(sel.greedy.choice)), None) or \
-            pipeline.build(imported, measured, "greedy", sel.greedy, s)
-        uniform = pipeline.build(imported, measured, "uniform", type(sel.greedy)(unis[ub], 0.0, "uniform", False), s)
+            build.build(imported, measured, "greedy", sel.greedy, s)
+        uniform = build.build(imported, measured, "uniform", type(sel.greedy)(unis[ub], 0.0, "uniform", False), s)
         peers = {"uniform": uniform.executable, "greedy": greedy.executable, "graphselect": res.build()}
         if fp32 is not None:
             peers["graphselect-fp32"] = fp32.build()

@@ -97,7 +97,7 @@ def runner_only(model: str, counts, workdir: Path) -> list[dict]:
     from dataclasses import replace
     import graphselect  # noqa: F401 - sets the thread pool's spin count
     import models
-    from graphselect import pipeline
+    from graphselect.stages import load, settings
     from graphselect.measure import plan as plan_mod
     from graphselect.measure.jobs import TimingConfig
     from graphselect.measure.local import LoadProbe, LocalRunner
@@ -105,8 +105,8 @@ def runner_only(model: str, counts, workdir: Path) -> list[dict]:
     from graphselect.measure.run import measure
     from graphselect.measure.store import RecordStore
     from tests.rpc_servers import Cluster
-    s = pipeline.settings(cache=None, benchmark_runs=0, threads=1)
-    imp = pipeline.load(models.build(model), s)
+    s = settings.settings(cache=None, benchmark_runs=0, threads=1)
+    imp = load.load(models.build(model), s)
     plan = plan_mod.make_plan(imp.lg, s.target, s.families)
     (workdir / "libs").mkdir()
     keep = _Collect(workdir / "libs")

@@ -1,17 +1,19 @@
-"""The Python API: ``graphselect.optimize`` composes the stages of DESIGN.md (``pipeline``, ``loop``)."""
+"""The Python API: ``graphselect.optimize`` composes the stages of DESIGN.md (``graphselect.stages``)."""
 from __future__ import annotations
 
 import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .errors import GraphSelectError
-from .pipeline import Progress, _silence_stderr
+from .stages.build import silence_stderr
+from .stages.settings import DEFAULT_TOLERANCE, Progress
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ class OptimizeResult:
                 shutil.copyfile(self.library, lib)
             else:
                 from .measure.builder import export
-                with _silence_stderr():
+                with silence_stderr():
                     export(self.build(), str(lib), self.cc)
             (tmp / "module.py").write_text(self.module.script(show_meta=False))
             written = {"library": lib, "module": tmp / "module.py", **write_reports(self.report, tmp)}
@@ -185,7 +187,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         budget when a built network misses it).
     tolerance : float, optional
         The accuracy budget of a lower-precision network: the largest max |y - y_fp32| / max
-        |y_fp32| over its outputs on the sample inputs (default ``pipeline.DEFAULT_TOLERANCE``,
+        |y_fp32| over its outputs on the sample inputs (default ``stages.settings.DEFAULT_TOLERANCE``,
         2e-2).
 
     Returns
@@ -199,27 +201,27 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
     >>> r.run(np.zeros(r.input_shape, "float32")).shape                               # doctest: +SKIP
     (1, 10)
     """
-    from . import loop, pipeline
     from .report import make_report
-    s = pipeline.settings(target=target, threads=threads, solver=solver, families=families, cache=cache,
+    from .stages import check, load, machine, measure, select, settings
+    s = settings.settings(target=target, threads=threads, solver=solver, families=families, cache=cache,
                           time_limit=time_limit, verify=verify, benchmark_runs=benchmark_runs, timing=timing,
                           progress=progress, name=name, cache_budget=cache_budget, max_rounds=max_rounds,
                           workers=workers, rpc_tracker=rpc_tracker, rpc_key=rpc_key, rpc_sessions=rpc_sessions,
                           cross_cc=cross_cc, precision=precision,
-                          tolerance=pipeline.DEFAULT_TOLERANCE if tolerance is None else tolerance)
-    clock = pipeline.Stopwatch()
-    imported = pipeline.load(model, s, input_shape)
-    pipeline.check_solver(imported, s)
+                          tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance)
+    clock = Stopwatch()
+    imported = load.load(model, s, input_shape)
+    select.check_solver(imported, s)
     clock.lap("import")
-    with pipeline.open_store(s) as store:
-        measured = pipeline.measure(imported, s, store)
+    with settings.open_store(s) as store:
+        measured = measure.measure(imported, s, store)
         clock.lap("measure")
-        machine = pipeline.machine(s, store)
-        selection = loop.select(imported, measured, machine, s, store)
+        hw = machine.machine(s, store)
+        selection = select.select(imported, measured, hw, s, store)
         clock.lap("select")
-        checked = pipeline.check(imported, list(selection.built), selection.label, s, store)
+        checked = check.check(imported, list(selection.built), selection.label, s, store)
         clock.lap("check")
-        report = make_report(imported=imported, measured=measured, machine=machine, selection=selection,
+        report = make_report(imported=imported, measured=measured, machine=hw, selection=selection,
                              checked=checked, settings=s, stage_seconds=clock.total(),
                              store=str(store.path) if store.path else None)
     chosen = selection.by_label(selection.label)
@@ -233,3 +235,19 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                                  "greedy": selection.greedy, "measurements": measured.measurements,
                                  "prepared": imported.prepared, "selection": selection, "imported": imported,
                                  "measured": measured})
+
+
+class Stopwatch:
+    """Seconds per stage, for the report."""
+
+    def __init__(self):
+        self.t0 = self.last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = round(self.seconds.get(stage, 0.0) + now - self.last, 3)
+        self.last = now
+
+    def total(self) -> dict[str, float]:
+        return {**self.seconds, "total": round(time.perf_counter() - self.t0, 3)}

@@ -196,14 +196,14 @@ def cmd_records(a) -> int:
 
 
 def _retime(a, path) -> int:
-    from . import pipeline
+    from .stages import measure, settings
     model, _ = _resolve_model(a.model)
-    s = pipeline.settings(target=a.target, threads=a.threads, cache=path, progress=_Progress(),
+    s = settings.settings(target=a.target, threads=a.threads, cache=path, progress=_Progress(),
                           rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_sessions=a.rpc_sessions,
                           cross_cc=a.cross_cc)
-    with pipeline.open_store(s) as store:
-        rows = pipeline.retime(model, s, store, match=a.match, flagged_only=a.flagged,
-                               input_shape=_parse_shape(a.input_shape))
+    with settings.open_store(s) as store:
+        rows = measure.retime(model, s, store, match=a.match, flagged_only=a.flagged,
+                              input_shape=_parse_shape(a.input_shape))
     fmt = lambda m: "-" if m is None or not m.ok else f"{m.cold_ms:.4f}/{m.warm_ms:.4f}"  # noqa: E731
     for wl, cand, old, new in rows:
         print(f"{wl[:64]:64s}  {cand[:44]:44s}  {fmt(old):>17s} -> {fmt(new):>17s}"

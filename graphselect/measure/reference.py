@@ -9,9 +9,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import BuildError
+
 log = logging.getLogger(__name__)
 
 CONVERT_TO = 17          # an opset every onnxruntime since 1.13 runs
+TOLERANCE = 1e-4         # max |tvm - onnxruntime| / max |onnxruntime| of an fp32 network
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,28 @@ def reference(model, feeds: dict, threads: int) -> Reference:
         out = ReferenceEvaluator(model).run(None, feeds)
     except Exception as e:  # noqa: BLE001
         tried.append(f"onnx reference evaluator: {_short(e)}")
-        from ..errors import BuildError
         raise BuildError("no reference could run the model to check the result (" + "; ".join(tried) +
                          "); pass --no-verify to skip the check") from None
     log.warning("onnxruntime cannot run this model (%s); checked against onnx's reference evaluator", tried[0])
     return Reference("onnx reference evaluator", None, tuple(np.asarray(o) for o in out), "; ".join(tried))
+
+
+def compare_outputs(got: list, want, names, label: str, ref_name: str, tolerance: float = TOLERANCE) -> float:
+    """The max relative error over all outputs (each against its own largest magnitude);
+    BuildError when the outputs' number or shapes differ or an error exceeds ``tolerance``
+    (``math.inf``: only a non-finite error)."""
+    want = [np.asarray(w) for w in want]
+    if len(got) != len(want):
+        raise BuildError(f"the {label} selection returns {len(got)} output(s), {ref_name} {len(want)}")
+    worst = 0.0
+    for name, g, w in zip(names, got, want):
+        if g.shape != w.shape:
+            raise BuildError(f"output '{name}' of the {label} selection has shape {g.shape}, {ref_name}'s {w.shape}")
+        if w.size == 0:
+            continue
+        e = float(np.abs(g.astype(np.float64) - w).max() / max(float(np.abs(w).max()), 1e-30))
+        if not np.isfinite(e) or e > tolerance:
+            raise BuildError(f"output '{name}' of the {label} selection differs from {ref_name}: max relative "
+                         f"error {e:.2e} > {tolerance:g}")
+        worst = max(worst, e)
+    return worst

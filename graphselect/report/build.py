@@ -168,8 +168,7 @@ def _innet_by_layer(imported, b, timing) -> dict:
     """Conv layer -> its kernel's in-network ms in the built network ``b``."""
     if timing is None:
         return {}
-    from ..pipeline import conv_symbols
-    sym = conv_symbols(imported, b)
+    sym = b.symbols
     return {sym[c.symbol]: c.ms for c in timing.calls if c.symbol in sym}
 
 
@@ -183,8 +182,7 @@ def _breakdown(imported, b, timing, layers) -> dict | None:
     cost the hook measurement attributes to every call (thread-pool launch and join, dispatch)."""
     if timing is None:
         return None
-    from ..pipeline import conv_symbols
-    sym = conv_symbols(imported, b)
+    sym = b.symbols
     groups: dict[str, list] = {"conv kernels": []}
     for c in timing.calls:
         if c.symbol in sym:

@@ -5,7 +5,7 @@ import numpy as np
 
 import graphselect
 import models
-from graphselect import loop, pipeline
+from graphselect.stages import load, select, settings
 from graphselect.measure import plan as plan_mod
 from graphselect.measure.innet import KernelCall, NetworkTiming
 from graphselect.measure.jobs import TimingConfig
@@ -17,8 +17,8 @@ SLOWER_IN_NETWORK = 10.0      # what the fake network makes of Winograd kernels
 
 def _fake_records(model, path):
     """Isolated records for every job of the model's plan: Winograd 5x faster than the rest."""
-    s = pipeline.settings(cache=path, benchmark_runs=0)
-    imported = pipeline.load(model, s)
+    s = settings.settings(cache=path, benchmark_runs=0)
+    imported = load.load(model, s)
     plan = plan_mod.make_plan(imported.lg, s.target, None)
     store = RecordStore(path)
     for j in plan.jobs:
@@ -58,7 +58,7 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     model = models.build("tiny")
     path = tmp_path / "records.sqlite"
     imported = _fake_records(model, path)
-    monkeypatch.setattr(loop, "_time", _fake_time(imported))
+    monkeypatch.setattr(select, "_time", _fake_time(imported))
     r = graphselect.optimize(model, cache=path, benchmark_runs=3, timing=QUICK, cache_budget=None)
     sel = r.extra["selection"]
     lg = imported.lg

@@ -8,7 +8,7 @@ import pytest
 
 import graphselect
 import models
-from graphselect import pipeline
+from graphselect.stages import check, load, settings
 from graphselect.candidates import lowp, precision_of
 from graphselect.measure import plan as plan_mod
 from graphselect.measure.store import Measurement, RecordStore
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(lowp.BF16 not in parse_target("llvm").isa.featur
 def _fake_records(model, path, bf16_error: float):
     """Every job of the model's bf16 plan: bf16 conv kernels 4x faster than fp32 ones, each with
     ``bf16_error`` as its measured error."""
-    s = pipeline.settings(cache=path, benchmark_runs=0, precision="bf16")
-    imported = pipeline.load(model, s)
+    s = settings.settings(cache=path, benchmark_runs=0, precision="bf16")
+    imported = load.load(model, s)
     plan = plan_mod.make_plan(imported.lg, s.target, None, s.precisions)
     store = RecordStore(path)
     for j in plan.jobs:
@@ -56,7 +56,7 @@ def test_auto_keeps_fp32_where_the_budget_is_tight_and_spends_a_loose_one(tmp_pa
     assert _bf16_layers(loose) == 3
     p = loose.report["precision"]
     assert p["mode"] == "auto" and p["within_tolerance"] and 1e-5 < p["max_rel_err"] <= 0.05
-    assert p["samples"]["inputs"] == pipeline.SAMPLES and p["samples"]["max_rel_error"] <= pipeline.LOWP_SANITY
+    assert p["samples"]["inputs"] == check.SAMPLES and p["samples"]["max_rel_error"] <= check.LOWP_SANITY
     assert 1e-5 < _check_against_ort(loose, model, 0.05) <= 0.05
     assert all(l["precision"] == "bf16" for l in loose.report["layers"] if l["kind"] == "conv")
     assert {c["family"] for c in loose.report["layers"][1]["candidates"]} >= {"nchwc_bf16", "winograd_bf16", "nchwc"}

@@ -9,7 +9,7 @@ import pytest
 
 import graphselect
 import models
-from graphselect import pipeline
+from graphselect.stages import check, load, settings
 from graphselect.candidates import nchwc_int8, precision_of
 from graphselect.graph.layers import FAKE_QUANT
 from graphselect.measure import plan as plan_mod
@@ -34,7 +34,7 @@ def _ort(model, x, optimized=True):
 
 
 def test_qdq_pairs_fuse_into_the_convs_and_mark_them_int8(qdq_tiny):
-    imported = pipeline.load(qdq_tiny, pipeline.settings(cache=False, benchmark_runs=0))
+    imported = load.load(qdq_tiny, settings.settings(cache=False, benchmark_runs=0))
     lg = imported.lg
     convs = {l.name: l.conv for l in lg.convs}
     assert len(convs) == 3 and all(c.quant is not None for c in convs.values())
@@ -50,8 +50,8 @@ def test_qdq_pairs_fuse_into_the_convs_and_mark_them_int8(qdq_tiny):
 
 
 def _fake_records(model, path):
-    s = pipeline.settings(cache=path, benchmark_runs=0)
-    imported = pipeline.load(model, s)
+    s = settings.settings(cache=path, benchmark_runs=0)
+    imported = load.load(model, s)
     plan = plan_mod.make_plan(imported.lg, s.target, None, s.precisions)
     store = RecordStore(path)
     n8 = 0
@@ -76,7 +76,7 @@ def test_qdq_model_built_with_int8_kernels_matches_onnxruntime(qdq_tiny, tmp_pat
     x = np.random.default_rng(9).standard_normal(res.input_shape).astype("float32")
     got = res.run(x)
     for want in (_ort(qdq_tiny, x), _ort(qdq_tiny, x, optimized=False)):
-        assert float(np.abs(got - want).max() / np.abs(want).max()) <= pipeline.QDQ_TOLERANCE
+        assert float(np.abs(got - want).max() / np.abs(want).max()) <= check.QDQ_TOLERANCE
     assert int(np.argmax(got)) == int(np.argmax(_ort(qdq_tiny, x, optimized=False)))
 
 
@@ -87,4 +87,4 @@ def test_qdq_model_without_int8_families_still_matches_onnxruntime(qdq_tiny):
     assert set(res.report["families_chosen"]) == {"direct"}
     x = np.random.default_rng(2).standard_normal(res.input_shape).astype("float32")
     want = _ort(qdq_tiny, x, optimized=False)
-    assert float(np.abs(res.run(x) - want).max() / np.abs(want).max()) <= pipeline.QDQ_TOLERANCE
+    assert float(np.abs(res.run(x) - want).max() / np.abs(want).max()) <= check.QDQ_TOLERANCE

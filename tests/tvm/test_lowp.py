@@ -158,13 +158,13 @@ def test_target_units_come_from_the_cpu_model():
 
 
 def test_precision_bf16_is_refused_where_no_bf16_unit_exists():
-    from graphselect import pipeline
+    from graphselect.stages import settings
     # this machine's CPU with the unit switched off: what a CPU without it looks like
     with pytest.raises(GraphSelectError, match="AVX512-BF16"):
-        pipeline.settings(target="llvm -mattr=-avx512bf16", threads=2, precision="bf16", cache=None)
+        settings.settings(target="llvm -mattr=-avx512bf16", threads=2, precision="bf16", cache=None)
     with pytest.raises(GraphSelectError, match="compute in bf16"):
-        pipeline.settings(threads=2, families=["nchwc_bf16"], cache=None)
+        settings.settings(threads=2, families=["nchwc_bf16"], cache=None)
     with pytest.raises(GraphSelectError, match="unknown precision"):
-        pipeline.settings(threads=2, precision="fp16", cache=None)
+        settings.settings(threads=2, precision="fp16", cache=None)
     with pytest.raises(GraphSelectError, match="tolerance"):
-        pipeline.settings(threads=2, precision="auto", tolerance=0.0, cache=None)
+        settings.settings(threads=2, precision="auto", tolerance=0.0, cache=None)

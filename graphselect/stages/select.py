@@ -1,4 +1,4 @@
-"""The closed loop: solve, build, time every kernel inside the running network, calibrate, solve
+"""Stage 6, the selection: the closed loop: solve, build, time every kernel inside the running network, calibrate, solve
 again, until the solver's assignment is one that has been measured (DESIGN.md, "Closed loop").
 
 Round 0 solves with the calibration this machine's earlier builds left in the record store (none
@@ -20,8 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import pipeline
-from .pipeline import Built, Imported, Machine, Measured, Settings
+from ..errors import GraphSelectError
+from ..measure.reference import compare_outputs
+from .build import Built, build, networks
+from .load import Imported, inputs, reference_for
+from .machine import Machine
+from .measure import Measured, keep_quiet, load_probe
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +90,8 @@ class _Accuracy:
         return self.s.tolerance / self.ratio if self.s.precision == "auto" else None
 
     def measure(self, imported: Imported, b: Built, isolated) -> float:
-        got = pipeline.networks([b], self.s)[b.label].run(self.xs)
-        e = pipeline.compare_outputs(got, self.ref.outputs, imported.prepared.output_names, b.label, self.ref.name,
+        got = networks([b], self.s)[b.label].run(self.xs)
+        e = compare_outputs(got, self.ref.outputs, imported.prepared.output_names, b.label, self.ref.name,
                                      math.inf)
         est = isolated.error(b.choice)
         self.errors[b.label], self.estimated[b.label] = e, est
@@ -102,7 +107,7 @@ class _Accuracy:
 def select(imported: Imported, measured: Measured, m: Machine, s: Settings, store) -> Selection:
     from costmodels.calibration import Calibration
     from costmodels.problem import Assignment
-    isolated = pipeline.problem(imported, measured, m)
+    isolated = problem(imported, measured, m)
     greedy = _greedy(isolated, s)
     nets, kobs = store.networks(s.ctx) if s.max_rounds else ([], [])
     cal = _fit(nets, kobs, measured, m) if nets else Calibration()
@@ -111,16 +116,16 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     innet: dict = {}
     rounds: list[Round] = []
     converged = False
-    x = pipeline.inputs(imported)
-    probe = pipeline.load_probe(s, store) if s.max_rounds else None
-    acc = _Accuracy(s, x, pipeline.reference_for(imported, s, x)) if s.precision != "fp32" else None
+    x = inputs(imported)
+    probe = load_probe(s, store) if s.max_rounds else None
+    acc = _Accuracy(s, x, reference_for(imported, s, x)) if s.precision != "fp32" else None
     if acc is not None:
         known = [c for c in known if isolated.error(c) <= (acc.budget() or float("inf"))]
     limit = max(1, s.max_rounds, ERROR_ROUNDS if s.precision == "auto" else 0)
     for r in range(limit):
         budget = acc.budget() if acc is not None else None
-        prob = pipeline.problem(imported, measured, m, cal, budget)
-        sol = pipeline.solve(prob, s.solver, s.time_limit)
+        prob = problem(imported, measured, m, cal, budget)
+        sol = solve(prob, s.solver, s.time_limit)
         if r == 0 and known:
             # an assignment timed by an earlier run and within noise of the optimum is taken instead:
             # its build is cached and its kernels were measured in place
@@ -157,7 +162,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         errors = {}
         for k, (lb, a) in enumerate(want):
             s.progress("build", k, len(want), f"compiling the {lb} selection")
-            built.append(pipeline.build(imported, measured, lb, a, s))
+            built.append(build(imported, measured, lb, a, s))
             if acc is not None:
                 errors[lb] = acc.measure(imported, built[-1], isolated)
                 s.progress("accuracy", k + 1, len(want), f"{lb}: max relative error {errors[lb]:.2e} against the fp32 "
@@ -181,15 +186,15 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         rounds.append(Round(r, cal.as_dict(), label, predicted, {lb: t.e2e_ms for lb, t in timed.items()},
                             tuple(lb for lb, _ in want), budget, errors))
     if probe is not None:
-        pipeline.keep_quiet(s, store, probe)
-    prob = pipeline.problem(imported, measured, m, cal, acc.budget() if acc is not None else None)
-    final = pipeline.solve(prob, s.solver, s.time_limit) if s.max_rounds else None
+        keep_quiet(s, store, probe)
+    prob = problem(imported, measured, m, cal, acc.budget() if acc is not None else None)
+    final = solve(prob, s.solver, s.time_limit) if s.max_rounds else None
     if acc is not None and not any(acc.ok(b.label) for b in built):
         # no network within the tolerance: the all-fp32 one (error budget 0) is
-        fp32 = pipeline.solve(pipeline.problem(imported, measured, m, cal, 0.0), s.solver, s.time_limit)
+        fp32 = solve(problem(imported, measured, m, cal, 0.0), s.solver, s.time_limit)
         lb = f"{s.solver} (fp32)"
         s.progress("build", 0, 1, f"compiling the {lb} selection: no lower-precision network met the tolerance")
-        built.append(pipeline.build(imported, measured, lb, fp32, s))
+        built.append(build(imported, measured, lb, fp32, s))
         acc.measure(imported, built[-1], isolated)
     usable = [b for b in built if acc is None or acc.ok(b.label)]
     have = {b.choice: b for b in usable}
@@ -215,6 +220,48 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                      acc)
 
 
+def problem(imported: Imported, measured: Measured, m: Machine, calibration=None, error_budget=None):
+    """The Problem of this model on this machine (``calibration``: see costmodels.calibration;
+    ``error_budget``: the most estimated relative output error lower precision may add)."""
+    from costmodels.table import MissingMeasurement, build_problem
+    plan = measured.plan
+    try:
+        return build_problem(plan.layers, plan.edges, measured.timings, cache_bytes=m.budget, partial=m.steps,
+                             activation_bytes=plan.activation_bytes, calibration=calibration,
+                             model=imported.model_key, error_budget=error_budget)
+    except MissingMeasurement as e:
+        raise GraphSelectError(str(e)) from None
+
+
+def check_solver(imported: Imported, s: Settings) -> None:
+    """Refuse, before any measurement, a solver that cannot take this graph."""
+    if s.solver == "brute":
+        from ..measure import plan as plan_mod
+        from ..solve.brute import MAX_COMBINATIONS
+        plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
+        size = math.prod(len(lt.options) for lt in plan.layers)
+        if size > MAX_COMBINATIONS:
+            raise GraphSelectError(f"brute force would try {size:.3g} assignments of this model (at most "
+                                   f"{MAX_COMBINATIONS} are allowed); use cp-sat (exact) or fewer --families")
+        return
+    if s.solver != "dp":
+        return
+    from collections import Counter
+    uses = Counter(src for src, _dst, _port in imported.lg.edges())
+    many = [n for n, k in uses.items() if k > 1]
+    if many:
+        raise GraphSelectError(f"the dp solver takes chains and trees only; layer {many[0]} is read "
+                               f"{uses[many[0]]} times ({len(many)} such layer(s)); use cp-sat (exact on any graph)")
+
+
+def solve(problem_, method: str, time_limit: float):
+    from .. import solve as solve_mod
+    try:
+        return solve_mod.solve(problem_, method=method, time_limit=time_limit)
+    except ValueError as e:        # e.g. dp on a graph that is not a tree: the user picked it
+        raise GraphSelectError(str(e)) from None
+
+
 def _names(plan, choice) -> tuple[str, ...]:
     """An assignment as the option name of every layer (what the store keeps)."""
     return tuple(lt.options[k].name for lt, k in zip(plan.layers, choice))
@@ -233,17 +280,16 @@ def _indices(plan, named) -> list[tuple[int, ...]]:
 
 def _time(built: list[Built], x, s: Settings, probe) -> dict:
     """label -> measure.innet.NetworkTiming of every built network (one interleaved session)."""
-    from .measure.innet import time_networks
+    from ..measure.innet import time_networks
     return time_networks({b.label: b.executable for b in built}, x, rounds=s.innet_rounds,
                          quiet=probe.quiet if probe is not None else None, seconds=INNET_SECONDS)
 
 
 def _greedy(problem, s: Settings):
-    from .errors import GraphSelectError
     try:
-        return pipeline.solve(problem, "greedy", s.time_limit)
+        return solve(problem, "greedy", s.time_limit)
     except GraphSelectError:       # greedy can dead-end on reconvergent graphs; it is only a baseline
-        return pipeline.solve(problem, s.solver if s.solver != "greedy" else "cp-sat", s.time_limit)
+        return solve(problem, s.solver if s.solver != "greedy" else "cp-sat", s.time_limit)
 
 
 def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True):
@@ -272,7 +318,7 @@ def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing,
     from costmodels.calibration import KernelObservation, NetworkObservation
     from costmodels.table import other_costs
     plan = measured.plan
-    symbols = pipeline.conv_symbols(imported, b)
+    symbols = b.symbols
     kernels, conv_ms = [], 0.0
     for call in timing.calls:
         name = symbols.get(call.symbol)

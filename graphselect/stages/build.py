@@ -1,0 +1,135 @@
+"""Stage 5: one assignment rewritten into the annotated Relax module and compiled (DESIGN.md,
+"Build"); the compiled network kept beside the record store under a key of the module itself."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BuildError
+from .load import Imported
+from .measure import Measured
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Built:
+    label: str
+    assignment: object                 # costmodels.problem.Assignment
+    selection: dict                    # layer -> Candidate | layout (rewrite.apply's input)
+    module: object                     # the annotated Relax IRModule
+    executable: object                 # the compiled VM executable (or the loaded library)
+    library: Path | None = None        # the exported library it was loaded from, when cached
+    symbols: dict = field(default_factory=dict)   # PrimFunc symbol -> conv layer name (rewrite.apply's names)
+
+    @property
+    def choice(self) -> tuple[int, ...]:
+        return tuple(self.assignment.choice)
+
+
+def build(imported: Imported, measured: Measured, label: str, assignment, s: Settings) -> Built:
+    """Rewrite and compile one assignment. With a record store, the compiled library is kept
+    under ``builds/`` beside it, keyed by the annotated module itself (:func:`module_key`), and
+    loaded instead of compiled again by a later run that rewrites to the same module."""
+    import tvm
+    from ..codegen.lower import build as compile_module
+    from ..measure import plan as plan_mod
+    from ..rewrite.apply import apply
+    sel = plan_mod.selection_from(imported.lg, measured.plan, assignment.choice)
+    module = apply(imported.lg, sel, s.target)
+    symbols = conv_symbols(imported, sel)
+    cached = build_path(module, s)
+    if cached is not None and cached.exists():
+        try:
+            return Built(label, assignment, sel, module, tvm.runtime.load_module(str(cached)), cached, symbols)
+        except Exception:  # noqa: BLE001 - a damaged cache file is rebuilt
+            log.info("cached build %s could not be loaded; rebuilding", cached)
+    try:
+        ex = compile_module(module, s.target)
+    except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
+        raise BuildError(f"the {label} selection did not compile: {str(e).strip().splitlines()[-1][:300]}") from e
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f".{cached.stem}.{os.getpid()}.partial.so")
+            with silence_stderr():
+                ex.export_library(str(tmp))
+            os.replace(tmp, cached)
+        except OSError as e:       # the cache is an optimisation: never fail the run for it
+            log.warning("could not keep the build in %s: %s", cached.parent, e)
+    return Built(label, assignment, sel, module, ex, None, symbols)
+
+
+def module_key(module, s: Settings) -> str:
+    """What identifies a compiled network: the annotated module's structural hash (its PrimFuncs,
+    graph and bound constants, weights included) and its script, the code that lowers and compiles
+    it, the target and TVM. Whatever option list, family set or rewrite produced the module, two
+    modules share a key only when they are the same module."""
+    import tvm_ffi
+    from .. import codegen
+    script = hashlib.sha1(module.script(show_meta=False).encode()).hexdigest()
+    what = f"{tvm_ffi.structural_hash(module)}|{script}|{codegen.code_version()}|{s.ctx.target}|{s.ctx.tvm}"
+    return hashlib.sha1(what.encode()).hexdigest()[:24]
+
+
+def build_path(module, s: Settings) -> Path | None:
+    """Where the compiled network of ``module`` is kept (None: no record store, or a library for
+    another CPU, which cannot be loaded back here)."""
+    if s.cache is None or s.spec.foreign:
+        return None
+    return s.cache.parent / "builds" / f"{module_key(module, s)}.so"
+
+
+def conv_symbols(imported: Imported, selection: dict) -> dict[str, str]:
+    """PrimFunc symbol -> conv layer name, for the kernels of ``selection`` (see rewrite.apply)."""
+    return {f"{name}_{c.family}": name for name, c in selection.items()
+            if imported.lg.layers[name].kind == "conv"}
+
+
+@contextlib.contextmanager
+def silence_stderr():
+    """TVM logs a harmless "Scope Saving" warning per function while exporting."""
+    import sys
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+class LocalNetwork:
+    """A built network on this machine, with the interface of ``measure.rpc.RemoteNetwork``."""
+
+    def __init__(self, executable):
+        import tvm
+        from tvm import relax
+        self.executable = executable
+        self.vm = relax.VirtualMachine(executable, tvm.cpu())
+
+    def run(self, xs) -> list[np.ndarray]:
+        from ..runtime import call
+        return call(self.vm, xs)
+
+    def runner(self, xs):
+        from ..measure.e2e import vm_runner
+        return vm_runner(self.executable, xs)
+
+
+def networks(built: list[Built], s: Settings) -> dict:
+    """label -> the built network loaded where it runs: this machine, or an RPC device."""
+    if not s.remote:
+        return {b.label: LocalNetwork(b.executable) for b in built}
+    from ..measure.rpc import RemoteNetwork, open_session
+    sess = open_session(s.rpc)
+    return {b.label: RemoteNetwork(sess, b.executable, s.cc, b.library) for b in built}

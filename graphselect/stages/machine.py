@@ -1,0 +1,40 @@
+"""Stage 4: this machine's caches and peak: the residency budget and steps (DESIGN.md, "Cache")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .settings import Settings
+
+@dataclass(frozen=True)
+class Machine:
+    budget: int | None                 # residency budget before calibration (bytes)
+    steps: tuple[tuple[int, float], ...]
+    hardware: dict                     # what the report shows
+
+
+def machine(s: Settings, store) -> Machine:
+    from costmodels.hardware import detect, fma_peak, residency, residency_budget, throughput
+    from ..measure.peak import measure_peak_gflops
+    hw = detect()
+    if s.cache_budget == "auto":
+        budget = residency_budget(hw)
+    else:
+        budget = None if s.cache_budget in (None, "off") else int(s.cache_budget)
+    if s.remote:    # this machine's caches say nothing of the device's, and no probe runs there
+        return Machine(budget, (), {"source": f"RPC device {s.ctx.cpu} (key {s.rpc.key}): caches and peak not probed"})
+    hardware = {"l1d_bytes": hw.l1d_bytes, "l2_bytes": hw.l2_bytes, "l3_bytes": hw.l3_bytes,
+                "line_bytes": hw.line_bytes, "source": hw.source, "residency_budget_bytes": residency_budget(hw)}
+    steps = ()
+    if store.path is not None:     # peak FLOP/s, bandwidth, residency steps: measured once per CPU and threads
+        tp = throughput(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu)
+        peak = fma_peak(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
+                        isa=s.spec.key, measure=lambda: measure_peak_gflops(s.target, s.spec.threads))
+        # peak: what the target's FMAs issue (the kernels' ceiling); blas: numpy's GEMM
+        hardware.update(peak_gflops=peak, blas_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs)
+        if s.cache_budget == "auto" and budget:
+            res = residency(store.path.parent / "hardware.json", budget, threads=s.spec.threads, cpu=s.ctx.cpu)
+            steps = tuple(res.steps)
+            hardware["residency_steps"] = [list(st) for st in res.steps]
+    return Machine(budget, steps, hardware)
+
+

@@ -1,0 +1,105 @@
+"""Stage 3: every candidate of every layer timed, or its record reused (DESIGN.md, "Measurement")."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .load import Imported, load
+from .settings import Settings
+
+@dataclass(frozen=True)
+class Measured:
+    plan: object                       # measure.plan.Plan
+    measurements: dict                 # (workload, candidate) -> measure.store.Measurement
+    timings: dict                      # (workload, candidate) -> costmodels.table.Timing
+    jobs: int
+    reused: int
+    retimed: int                       # records found but not trusted (flagged or stale), so re-timed
+    flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
+    seconds: dict = field(default_factory=dict)  # waiting for the builder (build_s) and in the runner (run_s)
+
+
+def measure(imported: Imported, s: Settings, store) -> Measured:
+    from costmodels.table import Timing
+    from ..measure import plan as plan_mod
+    from ..measure.local import REFERENCE, stale
+    from ..measure.run import measure as run
+    plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
+    keys = {j.key: j for j in plan.jobs}
+    ref = store.get(s.ctx, *REFERENCE, "")
+    quiet = ref.cold_ms if ref is not None else None
+    found = [m for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None]
+    retimed = sum(1 for m in found if stale(m, quiet))
+    reused = len(found) - retimed
+    probe = None
+    if reused < len(keys) and not s.remote:
+        s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
+        probe = load_probe(s, store)
+    clock: dict = {}
+    meas = run(list(plan.jobs), target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
+               runner=runner(s, probe), cc=s.cc, clock=clock, progress=lambda d, n, m: s.progress("measure", d, n, m))
+    if probe is not None:
+        keep_quiet(s, store, probe)
+    timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err) for k, m in meas.items()}
+    flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
+    return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
+                    {k: round(v, 2) for k, v in clock.items()})
+
+
+def runner(s: Settings, probe=None):
+    """Where kernels are timed: the tracker's devices, or this machine guarded by ``probe``."""
+    if s.remote:
+        from ..measure.rpc import RpcRunner
+        return RpcRunner(s.rpc)
+    from ..measure.local import LocalRunner
+    return LocalRunner(probe)
+
+
+def load_probe(s: Settings, store):
+    """A :class:`measure.local.LoadProbe` that starts from the quietest reference time stored;
+    None on an RPC device (taken as dedicated: the probe would time this machine)."""
+    from ..measure.local import REFERENCE, LoadProbe
+    if s.remote:
+        return None
+    ref = store.get(s.ctx, *REFERENCE, "")
+    return LoadProbe(s.target, ref.cold_ms if ref is not None else None)
+
+
+def keep_quiet(s: Settings, store, probe) -> None:
+    """Store the probe's quietest time when it beats the stored one."""
+    from ..measure.local import REFERENCE
+    from ..measure.store import Measurement
+    ref = store.get(s.ctx, *REFERENCE, "")
+    if ref is None or probe.quiet_ms < ref.cold_ms:
+        store.put(s.ctx, Measurement(*REFERENCE, probe.quiet_ms, probe.quiet_ms))
+
+
+def retime(model, s: Settings, store, *, match: str | None = None, flagged_only: bool = False,
+           input_shape=None) -> list[tuple[str, str, object, object]]:
+    """Re-time the records a model's plan uses (those whose workload or candidate contains
+    ``match``; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
+    from ..measure import plan as plan_mod
+    from ..measure.local import REFERENCE, stale
+    from ..measure.run import measure as run
+    imported = load(model, s, input_shape)
+    plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
+    ref = store.get(s.ctx, *REFERENCE, "")
+    quiet = ref.cold_ms if ref is not None else None
+    jobs, old = [], {}
+    for j in plan.jobs:
+        if j.key in old or (match and match not in j.workload and match not in j.candidate):
+            continue
+        m = store.get(s.ctx, *j.key, j.version)
+        if flagged_only and (m is None or not (m.flag or stale(m, quiet))):
+            continue
+        old[j.key] = m
+        jobs.append(j)
+    for j in jobs:
+        store.delete(s.ctx, match=None, key=(j.workload, j.candidate, j.version))
+    probe = load_probe(s, store) if jobs else None
+    new = run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
+              runner=runner(s, probe), cc=s.cc, progress=lambda d, n, m: s.progress("measure", d, n, m))
+    if probe is not None:
+        keep_quiet(s, store, probe)
+    return [(j.workload, j.candidate, old[j.key], new.get(j.key)) for j in jobs]
+
+

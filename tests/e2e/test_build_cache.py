@@ -1,0 +1,74 @@
+"""Compiled networks kept beside the record store are keyed by the annotated module itself: no
+option list, family set or rewrite change can load another network (issue 22, item 5)."""
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+import graphselect
+import models
+from graphselect.measure.jobs import TimingConfig
+from graphselect.stages import build, settings
+
+QUICK = TimingConfig(rounds=1, cold_repeat=2, warm_number=1, warm_repeat=1)
+
+
+def _run(model, path, families):
+    return graphselect.optimize(model, cache=path, benchmark_runs=0, timing=QUICK, families=families)
+
+
+def _families(res):
+    return {c.split("(")[0] for c in res.assignment.values() if "(" in c}
+
+
+def test_two_family_sets_on_one_store_each_load_their_own_network(tmp_path):
+    model = models.build("tiny")
+    path = tmp_path / "records.sqlite"
+    s = settings.settings(cache=path, benchmark_runs=0)
+    first = {}
+    for fams in (["direct"], ["nchwc"]):
+        r = _run(model, path, fams)
+        first[fams[0]] = r
+        assert r.library is None                      # compiled in this run
+        assert build.build_path(r.module, s).exists()  # and kept under its module's key
+    assert len(list((tmp_path / "builds").glob("*.so"))) == 2
+    assert build.module_key(first["direct"].module, s) != build.module_key(first["nchwc"].module, s)
+    x = np.random.default_rng(3).standard_normal(first["direct"].input_shape).astype("float32")
+    for fams in (["direct"], ["nchwc"]):
+        again = _run(model, path, fams)
+        # the cached library loaded is the one this run's module names, and it is that module
+        assert again.library == build.build_path(again.module, s)
+        assert again.module.script(show_meta=False) == first[fams[0]].module.script(show_meta=False)
+        assert _families(again) == _families(first[fams[0]])
+        np.testing.assert_allclose(again.run(x), first[fams[0]].run(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_key_sees_the_weights_and_nothing_else_of_the_options(tmp_path):
+    """One module rewritten twice, from two option lists, has one key; the same choice of
+    kernels on a model with one weight changed has another."""
+    from graphselect.measure import plan as plan_mod
+    from graphselect.rewrite.apply import apply
+    from graphselect.stages import load
+    model = models.build("tiny")
+    other = onnx.ModelProto()
+    other.CopyFrom(model)
+    w = next(i for i in other.graph.initializer if numpy_helper.to_array(i).ndim == 4)
+    arr = numpy_helper.to_array(w).copy()
+    arr.flat[0] += 1.0
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    s = settings.settings(cache=tmp_path / "r.sqlite", benchmark_runs=0)
+
+    def module(m, families):
+        imp = load.load(m, s)
+        plan = plan_mod.make_plan(imp.lg, s.target, families, s.precisions)
+        # each layer's first direct kernel (conv) or first layout: the same kernels whatever the list
+        choice = [next((k for k, o in enumerate(lt.options) if o.name.startswith("direct") or o.name == "NCHW"), 0)
+                  for lt in plan.layers]
+        return apply(imp.lg, plan_mod.selection_from(imp.lg, plan, choice), s.target), plan
+
+    a, pa = module(model, ["direct"])
+    a2, pa2 = module(model, ["direct", "nchwc", "winograd"])
+    b, _ = module(other, ["direct"])
+    assert len(pa2.table("conv0").options) > len(pa.table("conv0").options)   # the option lists differ
+    assert build.module_key(a, s) == build.module_key(a2, s)
+    assert a.script(show_meta=False) == b.script(show_meta=False)        # only a constant differs
+    assert build.module_key(a, s) != build.module_key(b, s)
