@@ -69,7 +69,7 @@ class OptimizeResult:
         several outputs."""
         import tvm
         from tvm import relax
-        from .runtime import call
+        from .runtime import Caller
         if len(xs) == 1 and isinstance(xs[0], dict):
             missing = [n for n in self.input_names if n not in xs[0]]
             if missing or len(xs[0]) != len(self.input_names):
@@ -85,10 +85,11 @@ class OptimizeResult:
         if self.foreign:
             raise GraphSelectError(f"this network is built for {self.report.get('target')} and runs on that device, "
                                    "not here: export() it and load model.so there")
-        vm = self.extra.get("vm")
-        if vm is None:
+        caller = self.extra.get("caller")
+        if caller is None:
             vm = self.extra["vm"] = relax.VirtualMachine(self.build(), tvm.cpu())
-        outs = call(vm, xs)
+            caller = self.extra["caller"] = Caller(vm)
+        outs = caller(xs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def export(self, outdir: str | os.PathLike) -> dict[str, Path]:

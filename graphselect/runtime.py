@@ -39,3 +39,52 @@ def outputs(ret) -> list[np.ndarray]:
 def call(vm, x) -> list[np.ndarray]:
     """Run ``vm["main"]`` on ``x`` (one array or several) and return every output."""
     return outputs(vm["main"](*device_args(x)))
+
+
+class Caller:
+    """A Relax VM's ``main`` called as a user calls it, numpy arrays in and out, without the
+    per-call costs of :func:`call`: the function is looked up once, and each input is copied into
+    a CPU tensor allocated once per shape (through a numpy view of it) instead of a new tensor per
+    call; every output is copied out before the next call can touch the staging tensors. (On a
+    Zen 4 VM, a 30 us network: tensor() 45-56 us per input, a function lookup 15-27 us, a copy
+    through the view 1.5 us.) Like the VM, not for concurrent calls from several threads."""
+
+    def __init__(self, vm):
+        self.f = vm["main"]
+        self.staged: dict = {}
+
+    def _stage(self, a: np.ndarray):
+        import tvm
+        key = (a.shape, a.dtype.str)
+        got = self.staged.get(key)
+        if got is None:
+            t = tvm.runtime.empty(a.shape, a.dtype.name, tvm.cpu())
+            got = self.staged[key] = (t, np.from_dlpack(t))
+        return got
+
+    def __call__(self, x) -> list[np.ndarray]:
+        xs = as_list(x)
+        args, used = [], set()
+        for a in xs:
+            t, view = self._stage(a)
+            if id(t) in used:          # two inputs of one shape: the second gets its own tensor
+                import tvm
+                t = tvm.runtime.tensor(a, tvm.cpu())
+            else:
+                used.add(id(t))
+                np.copyto(view, a)
+            args.append(t)
+        return _copied(self.f(*args))
+
+
+def _copied(ret) -> list[np.ndarray]:
+    """Like :func:`outputs`, each output copied out of the VM's memory."""
+    if hasattr(ret, "numpy"):
+        try:
+            return [np.array(np.from_dlpack(ret))]
+        except (TypeError, BufferError, RuntimeError):    # a dtype numpy's DLPack does not take
+            return [ret.numpy()]
+    out: list[np.ndarray] = []
+    for r in ret:
+        out.extend(_copied(r))
+    return out

@@ -137,6 +137,17 @@ def vm_runner(executable, x):
     return _tagged(lambda: f(*xt), "tvm")
 
 
+def vm_user_runner(executable, x):
+    """Like :func:`vm_runner`, but what a user's call costs: the numpy inputs converted to TVM
+    tensors on every call and every output copied back to numpy (``runtime.Caller``, what
+    ``OptimizeResult.run`` calls)."""
+    import tvm
+    from tvm import relax
+    from ..runtime import Caller
+    caller = Caller(relax.VirtualMachine(executable, tvm.cpu()))
+    return _tagged(lambda: caller(x), "tvm")
+
+
 def ort_session(model_bytes: bytes, threads: int):
     import onnxruntime as ort
     so = ort.SessionOptions()

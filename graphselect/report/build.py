@@ -10,7 +10,7 @@ from costmodels.explain import compare
 from ..candidates import Candidate, precision_of
 from ..rewrite.apply import count_transforms
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3      # 3: prediction_error is out of sample (before the build); calibrated_agreement
 
 
 def _r(v, nd=4):
@@ -78,8 +78,12 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
     acc = selection.accuracy
     alternatives = []
     for b in selection.built:
+        pb = selection.before.get(b.label)
         alternatives.append({
             "label": b.label, "predicted_ms": _r(prob.evaluate(b.choice)),
+            # before it was built: the prediction, and its error against the end-to-end check
+            "predicted_before_ms": _r(pb.ms) if pb else None, "basis": pb.basis if pb else None,
+            "prediction_error": _err_of(pb, measured_ms.get(b.label)),
             "isolated_predicted_ms": _r(iso.evaluate(b.choice)),
             "innet_e2e_ms": _r(selection.innet[b.label].e2e_ms) if b.label in selection.innet else None,
             "measured_ms": _r(measured_ms.get(b.label)), "measured_quiet_ms": _r(_quiet(ts, b.label)) if ts else None,
@@ -90,11 +94,16 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
             "fastest": b.label == fastest, "footprint_bytes": iso.footprint(b.choice)})
     rounds = [{"round": r.index, "solution": r.solution, "new": list(r.new), "calibration": _rounded(r.calibration),
                "error_budget": _r(r.error_budget, 6), "errors_vs_fp32": _rounded(r.errors),
+               # every network timed after the round's solve; "new" ones were predicted before they
+               # were built (a prediction), the others after an earlier round had timed them (agreement)
                "networks": [{"label": lb, "predicted_ms": _r(p), "measured_ms": _r(r.measured_ms.get(lb)),
+                             "new": lb in r.new, "basis": selection.before[lb].basis
+                             if lb in r.new and lb in selection.before else None,
                              "error": _r((p - r.measured_ms[lb]) / r.measured_ms[lb])
                              if r.measured_ms.get(lb) else None}
                             for lb, p in r.predicted_ms.items()]}
               for r in selection.rounds]
+    before = selection.before.get(chosen.label)
     return {
         "schema_version": SCHEMA_VERSION,
         "model": imported.name,
@@ -122,10 +131,21 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "predicted_transform_ms": _r(prob.transform_cost(choice)),
         "measured_e2e_ms": _r(gs),
         "measured_quiet_ms": _r(quiet),
-        "prediction_error": _r((prob.evaluate(choice) - gs) / gs) if gs else None,
+        # the error of the prediction made before the returned network was built (None when an
+        # earlier run had timed this very network: no prediction was made)
+        "prediction_error": _err_of(before, gs),
+        "prediction": {"predicted_ms": _r(before.ms) if before else None, "round": before.round if before else None,
+                       "basis": before.basis if before else None, "measured_ms": _r(gs),
+                       "error": _err_of(before, gs), "error_vs_quiet": _err_of(before, quiet)},
+        "first_prediction": _first(selection),
+        # the final calibrated objective against the measurement: its terms were fitted to the
+        # returned network's own run, so this is agreement, not a prediction error
+        "calibrated_agreement": _r((prob.evaluate(choice) - gs) / gs) if gs else None,
         "onnxruntime_ms": _r(ort),
         "ratio_to_onnxruntime": _r(checked.versus_ort.ratio(chosen.label, "onnxruntime"))
         if checked.versus_ort is not None else None,
+        # the returned network as a user calls it (OptimizeResult.run: numpy in, outputs copied)
+        "measured_user_ms": _r(checked.user_ms), "ratio_to_onnxruntime_user": _r(checked.user_ratio),
         "layout_transforms": count_transforms(chosen.module),
         "max_rel_err": checked.errors.get(chosen.label),
         "precision": _precision(settings, acc, checked, layers, chosen.label),
@@ -141,7 +161,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "kernels": _kernel_points(imported, selection),
         "breakdown": _breakdown(imported, chosen, selection.innet.get(chosen.label), layers),
         "hardware": machine.hardware,
-        "chosen_by": "closed loop" if selection.rounds and selection.innet else sol.method,
+        "chosen_by": selection.chosen_by or sol.method,
         "stage_seconds": stage_seconds,
         "layers": layers,
     }
@@ -162,6 +182,28 @@ def _precision(settings, acc, checked, layers, label) -> dict:
                    samples=_rounded(checked.samples) if checked.samples else None,
                    error_model_ratio=_r(acc.ratio, 4) if acc is not None and acc.ratios else None)
     return out
+
+
+def _err_of(pred, measured):
+    """(prediction - measured) / measured of a prediction made before the network ran; None for
+    one made after (an earlier run timed that network) or without a measurement."""
+    if pred is None or not pred.out_of_sample or not measured:
+        return None
+    return _r((pred.ms - measured) / measured)
+
+
+def _first(selection) -> dict | None:
+    """Round 0's prediction of its solver's assignment against that network's first time in
+    place: the first figure this run predicted for the model on this machine."""
+    if not selection.rounds:
+        return None
+    r0 = selection.rounds[0]
+    pred = selection.before.get(r0.solution) if r0.solution in r0.new else None
+    if pred is None:
+        return None
+    got = r0.measured_ms.get(r0.solution)
+    return {"label": r0.solution, "predicted_ms": _r(pred.ms), "measured_innet_e2e_ms": _r(got),
+            "basis": pred.basis, "error": _err_of(pred, got)}
 
 
 def _innet_by_layer(imported, b, timing) -> dict:

@@ -193,7 +193,10 @@ def ratio_text(r: dict) -> str:
     if not is_num(ratio):
         return DASH
     word = "faster" if ratio < 1 else "slower" if ratio > 1 else "equal"
-    return f"{ratio:.3f}× (measured / onnxruntime; {word})"
+    user = r.get("ratio_to_onnxruntime_user")
+    return (f"{ratio:.3f}× (measured / onnxruntime; {word})"
+            + (f"; as a user calls it (numpy in, outputs copied): {unit(r.get('measured_user_ms'), 'ms')}, "
+               f"{user:.3f}×" if is_num(user) else ""))
 
 
 def solver_text(r: dict) -> str:
@@ -235,11 +238,19 @@ def calibration_text(r: dict) -> str:
 def summary(r: dict) -> str:
     err = r.get("max_rel_err")
     ref = r.get("reference") or {}
+    pr = r.get("prediction") or {}
     pairs = [
-        ("Predicted end-to-end", f"{unit(r.get('predicted_e2e_ms'), 'ms')} calibrated "
-                                 f"({unit(r.get('isolated_predicted_e2e_ms'), 'ms')} from isolated timings)"),
-        ("Prediction error", f"{pct(r.get('prediction_error'))} against the median of all calls "
-                             f"(quiet rounds: {unit(r.get('measured_quiet_ms'), 'ms')})"),
+        ("Chosen by", r.get("chosen_by")),
+        ("Predicted before it was built", f"{unit(pr.get('predicted_ms'), 'ms')} (round {fmt(pr.get('round'))}; "
+                                          f"the calibration had seen: {fmt(pr.get('basis'))})"),
+        ("Prediction error", ("none: an earlier run had timed this network" if pr.get("basis") == "timed before" else
+                              f"{pct(r.get('prediction_error'))} against the median of all calls, "
+                              f"{pct(pr.get('error_vs_quiet'))} against the quiet rounds "
+                              f"({unit(r.get('measured_quiet_ms'), 'ms')})")),
+        ("Final calibrated objective", f"{unit(r.get('predicted_e2e_ms'), 'ms')}, agreeing to "
+                                       f"{pct(r.get('calibrated_agreement'))} (fitted to this network's own run: "
+                                       f"agreement, not a prediction); "
+                                       f"{unit(r.get('isolated_predicted_e2e_ms'), 'ms')} from isolated timings"),
         ("Calibration", calibration_text(r)),
         ("of which layout transforms", unit(r.get("predicted_transform_ms"), "ms")),
         ("Measured end-to-end", unit(r.get("measured_e2e_ms"), "ms")),
@@ -525,15 +536,16 @@ def alternatives(r: dict) -> str:
         return empty("no assignment was timed end to end")
     rows = []
     for a in alts:
-        p, m = a.get("predicted_ms"), a.get("measured_ms")
-        err = f"{100 * (p - m) / m:+.1f}%" if is_num(p) and is_num(m) and m > 0 else None
+        m = a.get("measured_ms")
         rel = a.get("relative_to_chosen")
         e = a.get("max_rel_err")          # 1e-7 (fp32) to 1e-2 (bf16): three decimals would show 0.000
-        rows.append([a.get("label"), p, m, f"{rel:.3f}x" if is_num(rel) else None, err,
+        err = "in sample" if a.get("basis") == "timed before" else pct(a.get("prediction_error"))
+        rows.append([a.get("label"), a.get("predicted_before_ms"), a.get("predicted_ms"), m,
+                     f"{rel:.3f}x" if is_num(rel) else None, err,
                      f"{e:.2e}" if is_num(e) else None, a.get("bf16_layers"), "chosen" if a.get("chosen") else ""])
-    return table(["assignment", "predicted ms", "measured ms", "time / chosen (per round)", "prediction error",
-                  "max rel err", "bf16 layers", ""], rows,
-                 num_cols=(1, 2, 3, 4, 5, 6), row_classes=["differs" if a.get("chosen") else "" for a in alts])
+    return table(["assignment", "predicted before built, ms", "final objective, ms", "measured ms",
+                  "time / chosen (per round)", "prediction error", "max rel err", "bf16 layers", ""], rows,
+                 num_cols=(1, 2, 3, 4, 5, 6, 7), row_classes=["differs" if a.get("chosen") else "" for a in alts])
 
 
 def loop_table(r: dict) -> str:
@@ -542,8 +554,11 @@ def loop_table(r: dict) -> str:
         for n in rd.get("networks") or []:
             if not is_num(n.get("measured_ms")):
                 continue
+            new = n.get("label") in (rd.get("new") or [])
+            kind = ("new: predicted before it was built" + (f" ({n['basis']})" if n.get("basis") else "")
+                    if new else "timed in an earlier round: agreement")
             rows.append([rd.get("round"), n.get("label"), n.get("predicted_ms"), n.get("measured_ms"),
-                         pct(n.get("error")), "new" if n.get("label") in (rd.get("new") or []) else ""])
+                         pct(n.get("error")) if n.get("basis") != "timed before" else "in sample", kind])
             classes.append("differs" if n.get("label") == rd.get("solution") else "")
     if not rows:
         return empty("no network was timed in place (end-to-end timing off)")
@@ -627,7 +642,8 @@ def render_html(report: dict) -> str:
         section("Closed loop", loop_table(r),
                 "Each round solves with the calibration the networks timed so far give, builds what it "
                 "has not measured yet, and times every built network plainly and kernel by kernel; the "
-                "prediction shown is the round's, made before it timed the network."),
+                "prediction shown is the round's, made before it timed the network: for a new network a "
+                "prediction, for one an earlier round timed an agreement."),
         section("Predicted against measured", scatter(r),
                 "Every conv kernel timed in place in a built network: its isolated cold time and its "
                 "calibrated cost against its time in the network (log scales; the line is equality)."),
@@ -638,7 +654,7 @@ def render_html(report: dict) -> str:
         section("Assignments built and timed", alternatives(r),
                 "The solver's assignments of each loop round, the best assignments of other cache-residency "
                 "levels and warm-cache greedy's, each built and timed end to end in interleaved rounds as a "
-                "check; the solver's final assignment is returned. Time / chosen is the median over rounds of "
+                "check; the rule that picked the returned one is the summary's Chosen by. Time / chosen is the median over rounds of "
                 "the ratio to the returned assignment's time in the same round, which a slow spell of the "
                 "machine does not move."),
         section("Versus warm-cache greedy", versus_greedy(r),

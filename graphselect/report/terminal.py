@@ -81,10 +81,11 @@ def _loop_rows(report: dict) -> list[list[str]]:
     rows = []
     for r in (report.get("loop") or {}).get("rounds") or []:
         for n in r.get("networks") or []:
-            if not _num(n.get("measured_ms")):
+            if not _num(n.get("measured_ms")) or n.get("new") is False:   # only predictions made before the build
                 continue
             rows.append([str(r.get("round")), _s(n.get("label")), _ms(n.get("predicted_ms")),
-                         _ms(n.get("measured_ms")), _pct(n.get("error"))])
+                         _ms(n.get("measured_ms")), _pct(n.get("error")) if n.get("basis") != "timed before"
+                         else "in sample", _s(n.get("basis"))])
     return rows
 
 
@@ -123,15 +124,30 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
     calib = (f"{cal.get('networks')} network(s), warm share at best {_s(cal.get('warm_max'))}, capacity "
              f"x{_s(cal.get('capacity'))}, {_ms(cal.get('launch_ms'), 4)} per kernel call"
              if cal.get("networks") else "none (isolated timings)")
+    pr = report.get("prediction") or {}
+    if _num(pr.get("predicted_ms")):
+        before = (f"{_ms(pr.get('predicted_ms'))} before it was built (round {_s(pr.get('round'))}, "
+                  f"{_s(pr.get('basis'))}); ")
+    else:
+        before = ""
+    if pr.get("basis") == "timed before":
+        pred_err = "no prediction: an earlier run timed this network"
+    else:
+        pred_err = f"prediction error {_pct(report.get('prediction_error'))}"
     return [
-        ("predicted", f"{_ms(report.get('predicted_e2e_ms'))} calibrated, "
+        ("chosen by", _s(report.get("chosen_by"))),
+        ("predicted", f"{before}{_ms(report.get('predicted_e2e_ms'))} by the final calibrated objective, "
                       f"{_ms(report.get('isolated_predicted_e2e_ms'))} from isolated timings (greedy {_ms(greedy)}, "
                       f"layout transforms {_ms(report.get('predicted_transform_ms'))})"),
         ("measured", f"{_ms(report.get('measured_e2e_ms'))} (quiet rounds {_ms(report.get('measured_quiet_ms'))}; "
-                     f"prediction error {_pct(report.get('prediction_error'))})"
+                     f"{pred_err}; the final objective, fitted to this run, agrees to "
+                     f"{_pct(report.get('calibrated_agreement'))})"
                      if _num(report.get("measured_e2e_ms")) else MISSING),
         ("calibration", calib),
-        ("onnxruntime", f"{_ms(report.get('onnxruntime_ms'))}, ratio {_ratio(report)}"),
+        ("onnxruntime", f"{_ms(report.get('onnxruntime_ms'))}, ratio {_ratio(report)}"
+                        + (f"; as a user calls it (numpy in, outputs copied) {_ms(report.get('measured_user_ms'))}, "
+                           f"ratio {report['ratio_to_onnxruntime_user']:.2f}x"
+                           if _num(report.get("ratio_to_onnxruntime_user")) else "")),
         ("solver", _solver(report)),
         ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
         ("max rel err", (f"{err:.2e}" if _num(err) else MISSING)
@@ -204,12 +220,12 @@ def summary_table(report: dict, *, width: int = 120) -> str:
     lines += _labelled(_e2e(report), width)
     loop = _loop_rows(report)
     if loop:
-        lines += ["", "closed loop: each round's prediction of the networks it then timed:"]
-        lines += columns(["round", "assignment", "predicted", "measured", "error"], loop, width=width,
-                         right={2, 3, 4}, shrink={1})
+        lines += ["", "closed loop: each round's prediction of the networks it built, made before they ran:"]
+        lines += columns(["round", "assignment", "predicted", "in place", "error", "calibration had seen"], loop,
+                         width=width, right={2, 3, 4}, shrink={1, 5})
     alts = [a for a in report.get("alternatives") or [] if _num(a.get("measured_ms"))]
     if len(alts) > 1:
-        lines += ["", "assignments built and timed end to end (a check; the solver's is returned):"]
+        lines += ["", "assignments built and timed end to end (chosen by: see above):"]
         lines += columns(["assignment", "predicted", "measured", "/ chosen", ""],
                          [[_s(a.get("label")), _ms(a.get("predicted_ms")), _ms(a.get("measured_ms")),
                            f"{a['relative_to_chosen']:.3f}x" if _num(a.get("relative_to_chosen")) else MISSING,

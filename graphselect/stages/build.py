@@ -122,8 +122,14 @@ class LocalNetwork:
         return call(self.vm, xs)
 
     def runner(self, xs):
+        """The bare call: inputs converted once beforehand, outputs left on the device."""
         from ..measure.e2e import vm_runner
         return vm_runner(self.executable, xs)
+
+    def user_runner(self, xs):
+        """A user's call: numpy inputs converted, every output copied back (``OptimizeResult.run``)."""
+        from ..measure.e2e import vm_user_runner
+        return vm_user_runner(self.executable, xs)
 
 
 def networks(built: list[Built], s: Settings) -> dict:

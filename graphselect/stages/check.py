@@ -29,8 +29,11 @@ class Checked:
     reference: str = ""                # what the outputs were checked against (measure.reference)
     reference_note: str = ""           # why onnxruntime on the model as given was not the reference
     samples: dict | None = None        # lower precision: the returned network on SAMPLES inputs (agreement())
+    user_ms: float | None = None       # the returned network as a user calls it (numpy in, outputs copied)
+    user_ratio: float | None = None    # ... against onnxruntime's run (which converts and copies too)
 
 
+USER = "user call"    # the returned network timed as a user calls it, beside the bare call
 CHECK_SECONDS = 3.0    # the built networks are compared for at least this long (pauses not counted)
 
 
@@ -77,12 +80,16 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
     vs = None
     if versus:
         # blocks of 10: half the runtime switches, each of which costs a 1 s pause
-        vs = compare({chosen: fns[chosen], "onnxruntime": ort_runner(ref.session, feeds)},
+        # the bare call (inputs converted beforehand, outputs left in TVM tensors) and a user's
+        # call (numpy in, every output copied out, as onnxruntime's run does)
+        vs = compare({chosen: fns[chosen], USER: nets[chosen].user_runner(xs),
+                      "onnxruntime": ort_runner(ref.session, feeds)},
                      runs=s.benchmark_runs, block=10, quiet=quiet, waits=6)
     measured = {k: ts.median(k) for k in fns} if ts is not None else {chosen: vs.median(chosen)}
     if vs is not None:
         measured["onnxruntime"] = vs.median("onnxruntime")
-    return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why, samples)
+    user = (vs.median(USER), vs.ratio(USER, "onnxruntime")) if vs is not None else (None, None)
+    return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why, samples, *user)
 
 
 SAMPLES = 8            # inputs a lower-precision network's error and top-1 agreement are measured on

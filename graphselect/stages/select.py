@@ -1,5 +1,6 @@
-"""Stage 6, the selection: the closed loop: solve, build, time every kernel inside the running network, calibrate, solve
-again, until the solver's assignment is one that has been measured (DESIGN.md, "Closed loop").
+"""Stage 6, the selection, a closed loop: solve, build, time every kernel inside the running
+network, calibrate, solve again, until the solver's assignment is one that has been measured
+(DESIGN.md, "Closed loop").
 
 Round 0 solves with the calibration this machine's earlier builds left in the record store (none
 on a fresh machine: isolated timings as they are) and builds the solver's assignment, the best
@@ -7,9 +8,10 @@ of the other residency levels and the warm-cache greedy one. Every built network
 and kernel by kernel (``measure.innet``) in interleaved rounds; the observations go to the store
 and the calibration is fitted again (``costmodels.calibration.fit``). Each later round solves the
 recalibrated Problem; a new assignment is built and timed with the others, the same one ends the
-loop. After ``max_rounds`` the solver's choice is taken among the measured assignments. So the
-objective the solver minimises at the end is the calibrated sum whose terms, for every kernel of
-the returned assignment, come from that assignment's own run.
+loop. After ``max_rounds`` the best measured assignment under the final objective is returned.
+So the final objective's terms, for every kernel of the returned assignment, come from that
+assignment's own run: its value for it agrees with the measurement by construction, and only the
+figure predicted before a network was built (``Selection.before``) is a prediction.
 """
 from __future__ import annotations
 
@@ -52,6 +54,22 @@ class Round:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """What the objective predicted for a network before the network was built and timed: the
+    only prediction an error may be reported for (DESIGN.md, "Closed loop")."""
+    round: int                         # the round that built it
+    ms: float
+    # what the calibration it was made with had seen: "new model" (no network of this model timed
+    # on this machine before), "new network" (other networks of the model were, earlier or in this
+    # run), "timed before" (this very network, by an earlier run: in sample, not a prediction)
+    basis: str
+
+    @property
+    def out_of_sample(self) -> bool:
+        return self.basis != "timed before"
+
+
+@dataclass(frozen=True)
 class Selection:
     isolated: object                   # the Problem of isolated timings (greedy's and the report's baseline)
     problem: object                    # the final calibrated Problem
@@ -64,6 +82,8 @@ class Selection:
     rounds: tuple[Round, ...]
     converged: bool
     accuracy: object = None            # _Accuracy: measured errors of the built networks (lower precision)
+    chosen_by: str = ""                # the rule that picked the returned network, as it was applied
+    before: dict = field(default_factory=dict)   # label -> Prediction made before it was built
 
     def by_label(self, label: str) -> Built:
         return next(b for b in self.built if b.label == label)
@@ -112,6 +132,14 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     nets, kobs = store.networks(s.ctx) if s.max_rounds else ([], [])
     cal = _fit(nets, kobs, measured, m) if nets else Calibration()
     known = _indices(measured.plan, store.assignments(s.ctx, imported.content_key)) if s.max_rounds else []
+    timed_before = set(map(tuple, known))
+    model_seen = any(n.model == imported.model_key for n in nets)
+    before: dict = {}
+
+    def basis(choice, r):
+        if tuple(choice) in timed_before:
+            return "timed before"
+        return "new network" if model_seen or (r > 0 and s.max_rounds) else "new model"
     built: list[Built] = []
     innet: dict = {}
     rounds: list[Round] = []
@@ -160,6 +188,8 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             rounds.append(Round(r, cal.as_dict(), label, predicted, {}, (), budget))
             break
         errors = {}
+        for lb, a in want:
+            before[lb] = Prediction(r, predicted[lb], basis(a.choice, r))
         for k, (lb, a) in enumerate(want):
             s.progress("build", k, len(want), f"compiling the {lb} selection")
             built.append(build(imported, measured, lb, a, s))
@@ -193,19 +223,34 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         # no network within the tolerance: the all-fp32 one (error budget 0) is
         fp32 = solve(problem(imported, measured, m, cal, 0.0), s.solver, s.time_limit)
         lb = f"{s.solver} (fp32)"
+        before[lb] = Prediction(len(rounds), prob.evaluate(fp32.choice), basis(fp32.choice, len(rounds)))
         s.progress("build", 0, 1, f"compiling the {lb} selection: no lower-precision network met the tolerance")
         built.append(build(imported, measured, lb, fp32, s))
         acc.measure(imported, built[-1], isolated)
     usable = [b for b in built if acc is None or acc.ok(b.label)]
     have = {b.choice: b for b in usable}
+    among = " within the tolerance" if acc is not None and s.precision == "auto" else ""
+    proven = "optimum" if final is not None and final.optimal else "best found (not proven optimal)"
     if final is not None and tuple(final.choice) in have:
         chosen = have[tuple(final.choice)]
         converged = True
+        rule = f"the final {final.method} solve's {proven} under the calibrated objective (built and timed)"
     elif final is not None:             # the best measured one (within CONVERGED, or rounds used up)
         chosen = min(usable, key=lambda b: prob.evaluate(b.choice))
         converged = converged or prob.evaluate(chosen.choice) <= final.cost * (1 + CONVERGED)
+        gap = (prob.evaluate(chosen.choice) - final.cost) / final.cost if final.cost > 0 else 0.0
+        rule = (f"the best of the {len(usable)} built network(s){among} under the final calibrated objective, "
+                f"{gap:+.1%} against the final {final.method} solve's {proven}, which was not built "
+                + ("(within the convergence margin)" if gap <= CONVERGED else "(closed-loop rounds used up)"))
+    elif acc is not None and not acc.ok(built[0].label):
+        chosen = usable[-1]
+        rule = (f"the all-fp32 {s.solver} assignment: no lower-precision network met the tolerance"
+                if chosen.label == f"{s.solver} (fp32)" else
+                f"the {s.solver} solve of round {before[chosen.label].round} with a tighter error budget: the "
+                f"first network missed the tolerance")
     else:
-        chosen = usable[-1] if acc is not None and not acc.ok(built[0].label) else built[0]
+        chosen = built[0]
+        rule = f"the {chosen.assignment.method} solve on isolated timings (no closed loop)"
     cost = prob.evaluate(chosen.choice)
     if final is not None:     # optimal when it is the final solve's own choice, else its gap to it
         exact = tuple(final.choice) == chosen.choice
@@ -217,7 +262,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                          chosen.assignment.seconds, chosen.assignment.gap,
                          prob.resident(chosen.choice) if prob.cache_bytes is not None else None)
     return Selection(isolated, prob, cal, sol, chosen.label, greedy, tuple(built), innet, tuple(rounds), converged,
-                     acc)
+                     acc, rule, before)
 
 
 def problem(imported: Imported, measured: Measured, m: Machine, calibration=None, error_budget=None):
@@ -309,7 +354,8 @@ def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True):
         taken.add(label)
         out.append((label, Assignment(tuple(c), prob.evaluate(c), sol.method, sol.optimal,
                                                          seconds=sol.seconds, resident=prob.resident(c))))
-    out.append(("greedy", greedy))
+    # greedy can dead-end; then the baseline is another solver's, and its label says so
+    out.append(("greedy" if greedy.method == "greedy" else f"{greedy.method} (greedy dead-ended)", greedy))
     return out
 
 

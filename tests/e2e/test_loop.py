@@ -74,10 +74,39 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     assert abs(sel.problem.evaluate(final.choice) - sel.innet[final.label].e2e_ms) < 0.02
     assert r.report["max_rel_err"] <= 1e-4
     assert r.report["loop"]["rounds"][0]["networks"] and r.report["calibration"]["networks"] >= 2
+    # every built network has the prediction made before it was built; round 0's, on a store with
+    # no network of this model, saw a new model; the returned one was predicted in a later round
+    assert set(sel.before) == {b.label for b in sel.built}
+    assert sel.before["cp-sat"].basis == "new model" and sel.before["cp-sat"].round == 0
+    assert sel.before[final.label].basis == "new network" and sel.before[final.label].round >= 1
+    rep = r.report
+    assert rep["prediction"]["predicted_ms"] == round(sel.before[final.label].ms, 4)
+    want = (sel.before[final.label].ms - rep["measured_e2e_ms"]) / rep["measured_e2e_ms"]
+    assert abs(rep["prediction_error"] - want) < 1e-3
+    assert rep["first_prediction"]["label"] == "cp-sat" and rep["first_prediction"]["basis"] == "new model"
+    # round 0 predicted Winograd's network fast; timed in place, it was slow: the first error is large
+    assert rep["first_prediction"]["error"] < -0.3
+    assert rep["chosen_by"].startswith("the final cp-sat solve's")
+    labels = {b.label for b in sel.built}
+    assert "greedy" in labels or sel.greedy.method != "greedy"
     # the next run starts calibrated: round 0 already avoids Winograd
     r2 = graphselect.optimize(model, cache=path, benchmark_runs=3, timing=QUICK, cache_budget=None)
     sel2 = r2.extra["selection"]
     assert not _winograd_layers(sel2.built[0], lg)
+    # its round-0 assignment is one the first run timed: no prediction error is claimed for it
+    if sel2.label in sel2.before and sel2.before[sel2.label].basis == "timed before":
+        assert r2.report["prediction_error"] is None
+    assert all(p.basis != "new model" for p in sel2.before.values())
+
+
+def test_a_greedy_that_dead_ends_is_not_labelled_greedy():
+    from costmodels.problem import Assignment
+    s = type("S", (), {"solver": "cp-sat"})()
+    fallback = Assignment((0,), 1.0, "cp-sat", True)
+    out = select._alternatives(None, Assignment((0,), 1.0, "cp-sat", True), fallback, s, levels=False)
+    assert [lb for lb, _ in out] == ["cp-sat (greedy dead-ended)"]
+    out = select._alternatives(None, fallback, Assignment((0,), 1.0, "greedy", False), s, levels=False)
+    assert [lb for lb, _ in out] == ["greedy"]
 
 
 def test_batch_4_with_the_loop_matches_onnxruntime():

@@ -333,6 +333,7 @@ def test_assignments_built_and_timed_and_cache_state():
         {"label": "cp-sat", "predicted_ms": 0.9075, "measured_ms": 1.0284, "relative_to_chosen": 1.1325,
          "max_rel_err": 4.5e-07, "chosen": False},
         {"label": "cp-sat (67% warm)", "predicted_ms": 0.9633, "measured_ms": 0.9081, "relative_to_chosen": 1.0,
+         "predicted_before_ms": 0.8635, "prediction_error": -0.0491, "basis": "new model",
          "max_rel_err": 3.1e-07, "chosen": True},
         {"label": "greedy", "predicted_ms": 0.9805, "measured_ms": 0.9979, "relative_to_chosen": 1.0989,
          "max_rel_err": 3.6e-07, "chosen": False}]
@@ -342,10 +343,12 @@ def test_assignments_built_and_timed_and_cache_state():
     parsed = _parse(page)
     assert not parsed.errors
     kept = [row["text"] for row in _rows_of(parsed, "cp-sat (67% warm)")]
-    assert kept and kept[0][1:5] == ["0.963", "0.908", "1.000x", "+6.1%"] and kept[0][-1] == "chosen"
-    # the alternatives table's rows: 8 cells, the bf16 layer count a dash where none was given
-    assert [row["text"][3:7] for row in _rows_of(parsed, "greedy") if len(row["text"]) == 8] == \
-        [["1.099x", "-1.7%", "3.60e-07", DASH]]
+    # predicted before it was built, the final objective, measured, per-round ratio, prediction error
+    # (the one made before the build, not the final objective's agreement of +6.1%)
+    assert kept and kept[0][1:6] == ["0.864", "0.963", "0.908", "1.000x", "-4.9%"] and kept[0][-1] == "chosen"
+    # the alternatives table's rows: 9 cells, the bf16 layer count a dash where none was given
+    assert [row["text"][4:8] for row in _rows_of(parsed, "greedy") if len(row["text"]) == 9] == \
+        [["1.099x", DASH, "3.60e-07", DASH]]
     assert "footprint 28.0 MiB of a 25.0 MiB budget; does not fit: 67% of the warm-cold difference kept" in page
     out = summary_table(r, width=120)
     assert re.search(r"cp-sat \(67% warm\)\s+0\.963 ms\s+0\.908 ms\s+1\.000x\s+chosen", out)
@@ -439,3 +442,31 @@ def test_precision_shown_where_lower_precision_was_allowed():
     assert "OVER the tolerance" in summary_table(r)
     r["precision"] = {"mode": "fp32", "tolerance": None, "layers": {"fp32": 3}, "conversions": "none"}
     assert "precision " not in summary_table(r)
+
+
+def test_terminal_names_the_rule_and_shows_only_predictions_made_before_the_build():
+    r = _looped_report()
+    r["chosen_by"] = "the final cp-sat solve's optimum under the calibrated objective (built and timed)"
+    r["prediction"] = {"predicted_ms": 0.55, "round": 1, "basis": "new network", "error": -0.0368}
+    r["prediction_error"], r["calibrated_agreement"] = -0.0368, 0.0044
+    # round 1 also re-predicts round 0's network after timing it: agreement, not a prediction
+    r["loop"]["rounds"][1]["networks"].append({"label": "cp-sat", "predicted_ms": 0.69, "measured_ms": 0.70,
+                                               "error": -0.0143, "new": False})
+    for n in r["loop"]["rounds"][0]["networks"] + r["loop"]["rounds"][1]["networks"][:1]:
+        n.update(new=True, basis="new model" if n in r["loop"]["rounds"][0]["networks"] else "new network")
+    out = summary_table(r, width=160)
+    assert "chosen by    the final cp-sat solve's optimum" in out
+    assert "0.550 ms before it was built (round 1, new network)" in out
+    assert "prediction error -3.7%" in out and "agrees to +0.4%" in out
+    assert "-1.4%" not in out                          # the in-sample re-prediction is not listed
+    loop = out[out.index("closed loop"):]
+    assert "new model" in loop and "new network" in loop
+    # a network an earlier run timed has no prediction error, whatever the figures say
+    r["prediction"]["basis"] = "timed before"
+    out = summary_table(r, width=160)
+    assert "no prediction: an earlier run timed this network" in out and "prediction error -3.7%" not in out
+    page = render_html(r)
+    assert "none: an earlier run had timed this network" in page and "Chosen by" in page
+    r["measured_user_ms"], r["ratio_to_onnxruntime_user"] = 0.612, 0.873
+    assert "as a user calls it (numpy in, outputs copied) 0.612 ms, ratio 0.87x" in summary_table(r, width=200)
+    assert "0.873×" in render_html(r)
