@@ -15,7 +15,7 @@ of the machine moves few rounds and not the result.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -40,6 +40,13 @@ class NetworkTiming:
     overhead_ms: float               # taken out of every kernel call
     instrumented_ms: float           # a call with the hook on (for the record)
     rounds: int
+    loaded_rounds: int = 0           # of the rounds kept, those the load probe found loaded when they began
+
+    @property
+    def loaded(self) -> bool:
+        """Timed under load: more than a quarter of the kept rounds began while the probe said the
+        machine was loaded (its waits used up). Such a timing is shown but not fitted."""
+        return self.loaded_rounds * 4 > self.rounds
 
     @property
     def kernel_ms(self) -> float:
@@ -88,15 +95,21 @@ def time_networks(executables: dict, x, *, rounds: int = 8, block: int = 5,
     inst = {n: [] for n in executables}
     per_round: dict[str, list[list[list[float]]]] = {n: [] for n in executables}   # round -> call -> positions
     names = list(executables)
+    loaded: list[bool] = []              # per round: began while the probe said loaded
     t_start = time.perf_counter()
     r = -1
     while True:
         r += 1
         if r >= max(rounds, 1) and (r >= max_rounds or time.perf_counter() - t_start >= seconds):
             break
-        while quiet is not None and waits > 0 and not quiet():
-            waits -= 1
-            time.sleep(0.5)
+        state = None
+        if quiet is not None:      # asked every round, waits used up or not: a loaded round is known
+            state = quiet()
+            while not state and waits > 0:
+                waits -= 1
+                time.sleep(0.5)
+                state = quiet()
+        loaded.append(state is False)
         for n in (names if r % 2 == 0 else names[::-1]):
             f = plain[n]
             f(*xt)
@@ -122,8 +135,9 @@ def time_networks(executables: dict, x, *, rounds: int = 8, block: int = 5,
             recs[n].symbols = symbols
             rec.calls.clear()
     keep = quiet_rounds(e2e)
-    return {n: _summarize(recs[n].symbols, [per_round[n][r] for r in keep], [e2e[n][r] for r in keep],
-                          [inst[n][r] for r in keep]) for n in names}
+    n_loaded = sum(1 for r in keep if loaded[r])
+    return {n: replace(_summarize(recs[n].symbols, [per_round[n][r] for r in keep], [e2e[n][r] for r in keep],
+                                  [inst[n][r] for r in keep]), loaded_rounds=n_loaded) for n in names}
 
 
 def quiet_rounds(e2e: dict[str, list[float]]) -> list[int]:

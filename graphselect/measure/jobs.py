@@ -136,5 +136,9 @@ def sample(kernels, dev, timing: TimingConfig) -> tuple[float, float]:
     return c * 1e3, w * 1e3
 
 
+WARM_FLAG = "warm well above cold"     # a record's flag when suspicious_warm: re-timed by the next run
+AGAIN = " (again when re-timed)"       # ... and once more when re-timed: it stands, not re-timed again
+
+
 def suspicious_warm(cold: float, warm: float) -> bool:
     return warm > 1.25 * cold + 2e-3

@@ -10,8 +10,11 @@ Load: before each sample a fixed reference kernel is timed (:class:`LoadProbe`);
 while the reference runs more than ``LOAD_TOLERANCE`` times its quiet time is dropped and taken
 again later (a slow spell on this VM lasts seconds). A record whose samples could not be taken
 quiet, or whose warm time is well above its cold time, is stored with a ``flag`` and re-timed
-by the next run; the reference's time is stored with every record, so a record is also re-timed
-when a quieter reference time turns up later.
+by the next run (warm above cold once more: the flag says so, and it stands); the reference's
+time is stored with every record, so a record is also re-timed when the quiet time known later
+is lower than ``LOAD_TOLERANCE`` allows. The quiet time is the lower of this run's
+floor and the previous run's (kept in the store under the reference's own code version), so it
+can rise again when the machine's neighbours change instead of calling every later run loaded.
 """
 from __future__ import annotations
 
@@ -23,16 +26,17 @@ from typing import Iterator
 import numpy as np
 
 from .builder import compile_func
-from .jobs import Artifact, TimingConfig, arg_arrays, load_and_check, sample, suspicious_warm
+from .jobs import AGAIN, WARM_FLAG, Artifact, TimingConfig, arg_arrays, load_and_check, sample, suspicious_warm
 from .store import Measurement
 
 log = logging.getLogger(__name__)
 
 LOAD_TOLERANCE = 1.1       # reference kernel slower than this x its quiet time: the machine is loaded
 # a stored record is re-timed when the reference ran this much slower while it was taken than the
-# quietest reference time known now (looser than LOAD_TOLERANCE: the reference itself varies by
-# ~10% between quiet moments, and a record re-timed on every run would cost more than it fixes)
-STALE_TOLERANCE = 1.3
+# quiet reference time known now: a sample is only kept within LOAD_TOLERANCE of the quiet time
+# of its own run, so this re-times what a later, quieter run would have refused (until 2026-12 it
+# was 1.3: records taken at 1.1-1.3x were kept for good)
+STALE_TOLERANCE = LOAD_TOLERANCE
 LOAD_FLAG = "timed under load"
 EXTRA_PASSES = 8           # passes beyond TimingConfig.rounds to get quiet samples
 REFERENCE = ("graphselect reference kernel", "nchwc 64->64 3x3/1 28x28 bias+relu")
@@ -61,12 +65,16 @@ class LoadProbe:
             self.time()
 
     @property
-    def quiet_ms(self) -> float:
-        """The quiet time: the stored one, or this run's lower decile if lower (a robust floor:
-        the single fastest reading is an outlier that would call every later reading loaded)."""
+    def own_ms(self) -> float:
+        """This run's floor: the lower decile of its readings (a robust floor: the single fastest
+        reading is an outlier that would call every later reading loaded)."""
         r = sorted(self.readings)
-        mine = r[len(r) // 10] if len(r) >= 10 else (r[0] if r else math.inf)
-        return min(self.stored_ms, mine)
+        return r[len(r) // 10] if len(r) >= 10 else (r[0] if r else math.inf)
+
+    @property
+    def quiet_ms(self) -> float:
+        """The quiet time: the stored one, or this run's floor if lower."""
+        return min(self.stored_ms, self.own_ms)
 
     def time(self) -> float:
         ms = float(min(self._f(*self._args).results)) * 1e3      # min of 3: a lone spike is not load
@@ -82,11 +90,30 @@ class LoadProbe:
 
 
 def stale(m: Measurement, quiet_ms: float | None) -> bool:
-    """Whether a stored record must be re-timed: flagged when taken, or taken while the reference
-    kernel ran slower than the tolerance allows against the quietest time known now."""
-    if m.flag and m.flag.startswith(LOAD_FLAG):
+    """Whether a stored record must be re-timed: flagged when taken (under load, or warm well
+    above cold unless a re-time confirmed it), or taken while the reference kernel ran slower
+    than the tolerance allows against the quiet time known now."""
+    if m.flag and (m.flag.startswith(LOAD_FLAG) or (m.flag.startswith(WARM_FLAG) and not m.flag.endswith(AGAIN))):
         return True
     return bool(quiet_ms) and m.ok and m.load > 0 and m.load > STALE_TOLERANCE * quiet_ms
+
+
+def reference_version() -> str:
+    """The reference kernel's version: its family's code and the timing protocol (a stored
+    quiet time of another probe kernel or protocol is not this one's)."""
+    from .. import candidates
+    from . import protocol_version
+    return f"{candidates.code_version('nchwc')}.{protocol_version()}"
+
+
+def confirmed(new: Measurement, old: Measurement | None) -> Measurement:
+    """``new``, its warm-above-cold flag marked as confirmed when the record it replaces had the
+    same flag (the kernel's warm timing really is slower: re-timing it each run would not help)."""
+    from dataclasses import replace
+    if (old is not None and new.flag and old.flag and new.flag.startswith(WARM_FLAG)
+            and old.flag.startswith(WARM_FLAG) and not new.flag.endswith(AGAIN)):
+        return replace(new, flag=new.flag + AGAIN)
+    return new
 
 
 
@@ -161,7 +188,7 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
         cold = float(np.median([c for c, _ in ss]))
         warm = float(np.median([w for _, w in ss]))
         if flag is None and suspicious_warm(cold, warm):
-            flag = f"warm {warm:.4f} ms well above cold {cold:.4f} ms"
+            flag = f"{WARM_FLAG}: warm {warm:.4f} ms, cold {cold:.4f} ms"
         load = float(np.median(loads[id(b)])) if loads[id(b)] and probe is not None else 0.0
         out.append((a, Measurement(j.workload, j.candidate, cold, warm, None, bs, rel, j.version, load, flag)))
     return out

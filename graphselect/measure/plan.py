@@ -18,6 +18,7 @@ from .. import codegen
 from ..graph import layouts
 from ..graph.layers import Layer, LayerGraph, _is_const, _shape, input_layer
 from ..target import isa_of
+from . import protocol_version
 from .jobs import Check, Job
 
 
@@ -90,7 +91,8 @@ def make_plan(lg: LayerGraph, target, families=None, precisions=("fp32",)) -> Pl
         if l.binding >= 0:
             var_of[l.name] = bindings[l.binding].var
     module = lg.extra.get("module")
-    ops_version = codegen.code_version()
+    proto = protocol_version()         # what shapes every kernel and its timing (measure.protocol_version)
+    ops_version = f"{codegen.code_version()}.{proto}"
     isa = isa_of(target)               # the candidate grids follow the target's vector unit
 
     jobs: list[Job] = []
@@ -113,7 +115,7 @@ def make_plan(lg: LayerGraph, target, families=None, precisions=("fp32",)) -> Pl
                 jobs.append(Job(spec.key, c.key,
                                 (lambda fam=fam, c=c, s=spec: [fam.build(c, s, target, "main")]),
                                 check=(lambda c=c, layer=layer: _conv_check(c, layer, refs)),
-                                version=cand_mod.code_version(c.family)))
+                                version=f"{cand_mod.code_version(c.family)}.{proto}"))
                 extra = ()
                 if not c.fuses(spec):                  # the epilogue runs as its own kernel
                     ep = _epilogue_job(layer, c.out_layout, target, ops_version)

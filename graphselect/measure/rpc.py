@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import GraphSelectError
-from .jobs import Artifact, TimingConfig, last_line, load_and_check, sample, suspicious_warm
+from .jobs import WARM_FLAG, Artifact, TimingConfig, last_line, load_and_check, sample, suspicious_warm
 from .store import Measurement
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ class RpcRunner:
             raise
         cold = float(np.median([c for c, _ in ss]))
         warm = float(np.median([w for _, w in ss]))
-        flag = f"warm {warm:.4f} ms well above cold {cold:.4f} ms" if suspicious_warm(cold, warm) else None
+        flag = f"{WARM_FLAG}: warm {warm:.4f} ms, cold {cold:.4f} ms" if suspicious_warm(cold, warm) else None
         j = a.job
         return Measurement(j.workload, j.candidate, cold, warm, None, a.build_s, rel, j.version, 0.0, flag)
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from .builder import Builder
 from .jobs import Artifact, Job, NumericalError, TimingConfig, last_line
-from .local import LocalRunner, LoadProbe, stale
+from .local import LocalRunner, LoadProbe, confirmed, stale
 from .store import Context, Measurement, RecordStore
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     probe = getattr(runner, "probe", None)
     out: dict[tuple[str, str], Measurement] = {}
     todo = []
+    old: dict = {}           # records found but re-timed
     seen = set()
     quiet = probe.quiet_ms if probe is not None and math.isfinite(probe.quiet_ms) else None
     for j in jobs:
@@ -46,6 +47,8 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
             out[key] = rec
         else:
             todo.append(j)
+            if rec is not None:
+                old[key] = rec
     total = len(seen)
     done = total - len(todo)
     if progress:
@@ -53,6 +56,7 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
 
     def finish(j: Job, m: Measurement, what: str, keep: bool) -> None:
         nonlocal done
+        m = confirmed(m, old.get(j.key))
         if keep:
             store.put(ctx, m)
         out[j.key] = m

@@ -156,6 +156,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
                     "flagged": [{"workload": w, "candidate": c, "why": why} for w, c, why in measured.flagged]},
         "calibration": _rounded(selection.calibration.as_dict()),
         "loop": {"rounds": rounds, "converged": selection.converged, "chosen": chosen.label,
+                 "timed_under_load": list(selection.unfitted),
                  "fastest_measured": fastest},
         "alternatives": alternatives,
         "kernels": _kernel_points(imported, selection),

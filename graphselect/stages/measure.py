@@ -21,11 +21,11 @@ class Measured:
 def measure(imported: Imported, s: Settings, store) -> Measured:
     from costmodels.table import Timing
     from ..measure import plan as plan_mod
-    from ..measure.local import REFERENCE, stale
+    from ..measure.local import REFERENCE, reference_version, stale
     from ..measure.run import measure as run
     plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
     keys = {j.key: j for j in plan.jobs}
-    ref = store.get(s.ctx, *REFERENCE, "")
+    ref = store.get(s.ctx, *REFERENCE, reference_version())
     quiet = ref.cold_ms if ref is not None else None
     found = [m for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None]
     retimed = sum(1 for m in found if stale(m, quiet))
@@ -55,22 +55,26 @@ def runner(s: Settings, probe=None):
 
 
 def load_probe(s: Settings, store):
-    """A :class:`measure.local.LoadProbe` that starts from the quietest reference time stored;
-    None on an RPC device (taken as dedicated: the probe would time this machine)."""
-    from ..measure.local import REFERENCE, LoadProbe
+    """A :class:`measure.local.LoadProbe` that starts from the quiet reference time stored; None
+    on an RPC device (taken as dedicated: the probe would time this machine)."""
+    from ..measure.local import REFERENCE, LoadProbe, reference_version
     if s.remote:
         return None
-    ref = store.get(s.ctx, *REFERENCE, "")
+    ref = store.get(s.ctx, *REFERENCE, reference_version())
     return LoadProbe(s.target, ref.cold_ms if ref is not None else None)
 
 
 def keep_quiet(s: Settings, store, probe) -> None:
-    """Store the probe's quietest time when it beats the stored one."""
-    from ..measure.local import REFERENCE
+    """Store this run's floor of the reference kernel as the quiet time the next run starts from.
+    A run judges load against the lower of it and its own floor, so the quiet time falls with a
+    quieter run and rises again one run after the machine got slower for good (new neighbours on
+    a shared L3) instead of calling every later run loaded; until 2026-12 it only ever fell."""
+    import math
+    from ..measure.local import REFERENCE, reference_version
     from ..measure.store import Measurement
-    ref = store.get(s.ctx, *REFERENCE, "")
-    if ref is None or probe.quiet_ms < ref.cold_ms:
-        store.put(s.ctx, Measurement(*REFERENCE, probe.quiet_ms, probe.quiet_ms))
+    mine = probe.own_ms
+    if math.isfinite(mine):
+        store.put(s.ctx, Measurement(*REFERENCE, mine, mine, version=reference_version()))
 
 
 def retime(model, s: Settings, store, *, match: str | None = None, flagged_only: bool = False,
@@ -78,11 +82,11 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
     """Re-time the records a model's plan uses (those whose workload or candidate contains
     ``match``; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
     from ..measure import plan as plan_mod
-    from ..measure.local import REFERENCE, stale
+    from ..measure.local import REFERENCE, reference_version, stale
     from ..measure.run import measure as run
     imported = load(model, s, input_shape)
     plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
-    ref = store.get(s.ctx, *REFERENCE, "")
+    ref = store.get(s.ctx, *REFERENCE, reference_version())
     quiet = ref.cold_ms if ref is not None else None
     jobs, old = [], {}
     for j in plan.jobs:

@@ -84,6 +84,7 @@ class Selection:
     accuracy: object = None            # _Accuracy: measured errors of the built networks (lower precision)
     chosen_by: str = ""                # the rule that picked the returned network, as it was applied
     before: dict = field(default_factory=dict)   # label -> Prediction made before it was built
+    unfitted: tuple = ()               # labels timed in place under load: not stored, not fitted
 
     def by_label(self, label: str) -> Built:
         return next(b for b in self.built if b.label == label)
@@ -135,6 +136,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     timed_before = set(map(tuple, known))
     model_seen = any(n.model == imported.model_key for n in nets)
     before: dict = {}
+    unfitted: set = set()              # labels whose latest in-place timing was taken under load
 
     def basis(choice, r):
         if tuple(choice) in timed_before:
@@ -207,6 +209,12 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         innet.update(timed)
         fresh_nets, fresh_k = [], []
         for b in built:
+            if timed[b.label].loaded:
+                # timed under load: shown, but neither stored nor fitted (it would teach the
+                # calibration a slow spell of the machine)
+                unfitted.add(b.label)
+                continue
+            unfitted.discard(b.label)
             net, ks = _observe(imported, measured, isolated, b, timed[b.label], s)
             store.put_network(s.ctx, net, ks, content=imported.content_key, choice=_names(measured.plan, b.choice))
             fresh_nets.append(net)
@@ -262,7 +270,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                          chosen.assignment.seconds, chosen.assignment.gap,
                          prob.resident(chosen.choice) if prob.cache_bytes is not None else None)
     return Selection(isolated, prob, cal, sol, chosen.label, greedy, tuple(built), innet, tuple(rounds), converged,
-                     acc, rule, before)
+                     acc, rule, before, tuple(sorted(unfitted)))
 
 
 def problem(imported: Imported, measured: Measured, m: Machine, calibration=None, error_budget=None):

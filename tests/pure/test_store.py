@@ -112,13 +112,46 @@ def test_code_version_follows_the_code_not_its_comments(tmp_path, monkeypatch):
 
 
 def test_records_taken_under_load_are_stale():
-    from graphselect.measure.local import LOAD_FLAG, STALE_TOLERANCE, stale
+    from graphselect.measure.jobs import AGAIN, WARM_FLAG
+    from graphselect.measure.local import LOAD_FLAG, LOAD_TOLERANCE, STALE_TOLERANCE, stale
     quiet = 0.1
-    assert not stale(Measurement("w", "c", 1.0, 1.0, load=0.11), quiet)
+    assert STALE_TOLERANCE == LOAD_TOLERANCE
+    assert not stale(Measurement("w", "c", 1.0, 1.0, load=0.109), quiet)
     assert stale(Measurement("w", "c", 1.0, 1.0, load=0.1 * STALE_TOLERANCE * 1.01), quiet)
+    assert stale(Measurement("w", "c", 1.0, 1.0, load=0.12), quiet)          # 1.2x: re-timed (kept before)
     assert stale(Measurement("w", "c", 1.0, 1.0, load=0.1, flag=f"{LOAD_FLAG} (x)"), quiet)
-    assert not stale(Measurement("w", "c", 1.0, 1.0, load=0.1, flag="warm 3 ms well above cold 1 ms"), quiet)
+    # warm above cold: re-timed once; confirmed by the re-time, it stands
+    assert stale(Measurement("w", "c", 1.0, 3.0, load=0.1, flag=f"{WARM_FLAG}: warm 3 ms, cold 1 ms"), quiet)
+    assert not stale(Measurement("w", "c", 1.0, 3.0, load=0.1, flag=f"{WARM_FLAG}: warm 3 ms, cold 1 ms{AGAIN}"),
+                     quiet)
     assert not stale(Measurement("w", "c", 1.0, 1.0, load=5.0), None)     # nothing to compare with yet
+
+
+def test_a_warm_flag_the_re_time_repeats_is_confirmed():
+    from graphselect.measure.jobs import AGAIN, WARM_FLAG
+    from graphselect.measure.local import confirmed, stale
+    flag = f"{WARM_FLAG}: warm 3 ms, cold 1 ms"
+    old = Measurement("w", "c", 1.0, 3.0, flag=flag)
+    new = confirmed(Measurement("w", "c", 1.0, 2.9, load=0.1, flag=flag), old)
+    assert new.flag == flag + AGAIN and not stale(new, 0.1)
+    assert confirmed(Measurement("w", "c", 1.0, 1.0), old).flag is None            # the re-time cleared it
+    assert confirmed(Measurement("w", "c", 1.0, 2.9, flag=flag), None).flag == flag  # first time: re-timed next run
+
+
+def test_every_record_version_covers_what_shapes_a_kernel_or_its_timing(monkeypatch):
+    """graph.layers, the target's grids, the builder and the timing protocol are in every
+    record's version (measure.protocol_version), and the reference kernel has its own."""
+    from graphselect import codehash, target
+    from graphselect.graph import layers
+    from graphselect.measure import builder, jobs, local, protocol_version
+    base = protocol_version()
+    real = codehash._module_hash
+    for module in (layers, target, builder, jobs, local):
+        monkeypatch.setattr(codehash, "_module_hash", lambda m, mod=module: "edited" if m is mod else real(m))
+        assert protocol_version() != base, module.__name__
+        assert local.reference_version().endswith(protocol_version())
+    monkeypatch.setattr(codehash, "_module_hash", real)
+    assert protocol_version() == base
 
 
 def test_records_list_and_drop(tmp_path):

@@ -25,6 +25,14 @@ def test_every_kernel_call_is_timed_in_place():
         assert not any(s.startswith(BUILTIN_PREFIX) for s in symbols)
         assert all(c.ms >= 0 for c in nt.calls) and nt.overhead_ms >= 0 and nt.e2e_ms > 0
         assert nt.kernel_ms > 0 and 1 <= nt.rounds <= 4
+        assert nt.loaded_rounds == 0 and not nt.loaded          # no probe: no round is known loaded
+    # a probe that always says loaded: its waits run out, every round is known loaded, and the
+    # timing is flagged (the loop shows it but neither stores nor fits it); one that says quiet: none
+    asked = []
+    loaded = time_networks({"a": ex}, x, rounds=3, quiet=lambda: asked.append(1) or False, waits=2)["a"]
+    assert loaded.loaded and loaded.loaded_rounds == loaded.rounds and len(asked) == 2 + 3
+    calm = time_networks({"a": ex}, x, rounds=3, quiet=lambda: True)["a"]
+    assert not calm.loaded and calm.loaded_rounds == 0
 
 
 def test_the_hooks_overhead_is_taken_out_against_the_plain_time():
