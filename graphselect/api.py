@@ -129,7 +129,8 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
              benchmark_runs: int = 30, timing=None, progress: Progress | None = None,
              name: str | None = None, cache_budget: int | str | None = "auto", max_rounds: int | None = None,
              workers: int | None = None, rpc_tracker: str | None = None, rpc_key: str | None = None,
-             rpc_sessions: int = 1, cross_cc: str | None = None, precision: str = "fp32",
+             rpc_sessions: int = 1, rpc_timeout: float = 600.0, rpc_load_timeout: float = 30.0,
+             cross_cc: str | None = None, precision: str = "fp32",
              tolerance: float | None = None) -> OptimizeResult:
     """Optimize an ONNX CNN for this CPU, or for the devices behind a TVM RPC tracker.
 
@@ -176,6 +177,9 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         built network is verified and timed there (onnxruntime's reference runs here). Records
         are filed under the device's CPU, triple and threads. The device is selected on isolated
         costs (no closed loop, no cache probe: ``cache_budget`` "auto" means none).
+    rpc_timeout, rpc_load_timeout : float
+        Seconds after which a device's server ends a session (600), and after which a device
+        that has not loaded a built network is taken as hung and the run stops with an error (30).
     cross_cc : str, optional
         The C compiler that links libraries for the target (default: ``<triple>-gcc`` on PATH
         for another architecture, the host's otherwise).
@@ -208,6 +212,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                           time_limit=time_limit, verify=verify, benchmark_runs=benchmark_runs, timing=timing,
                           progress=progress, name=name, cache_budget=cache_budget, max_rounds=max_rounds,
                           workers=workers, rpc_tracker=rpc_tracker, rpc_key=rpc_key, rpc_sessions=rpc_sessions,
+                          rpc_timeout=rpc_timeout, rpc_load_timeout=rpc_load_timeout,
                           cross_cc=cross_cc, precision=precision,
                           tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance)
     clock = Stopwatch()

@@ -111,6 +111,7 @@ def cmd_optimize(a) -> int:
                        time_limit=a.time_limit, verify=not a.no_verify, benchmark_runs=a.runs,
                        progress=prog, name=name, cache_budget=_parse_budget(a.cache_budget),
                        rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_sessions=a.rpc_sessions,
+                       rpc_timeout=a.rpc_timeout, rpc_load_timeout=a.rpc_load_timeout,
                        cross_cc=a.cross_cc, precision=a.precision, tolerance=a.tolerance)
     finally:
         prog.close()
@@ -200,7 +201,7 @@ def _retime(a, path) -> int:
     model, _ = _resolve_model(a.model)
     s = settings.settings(target=a.target, threads=a.threads, cache=path, progress=_Progress(),
                           rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_sessions=a.rpc_sessions,
-                          cross_cc=a.cross_cc)
+                          rpc_timeout=a.rpc_timeout, rpc_load_timeout=a.rpc_load_timeout, cross_cc=a.cross_cc)
     with settings.open_store(s) as store:
         rows = measure.retime(model, s, store, match=a.match, flagged_only=a.flagged,
                               input_shape=_parse_shape(a.input_shape))
@@ -221,6 +222,11 @@ def _device_options(p, target: bool = True) -> None:
     p.add_argument("--rpc-key", metavar="KEY", help="the key the device servers registered under")
     p.add_argument("--rpc-sessions", type=int, default=1, metavar="N",
                    help="devices to measure on at once (default 1)")
+    p.add_argument("--rpc-timeout", type=float, default=600.0, metavar="S",
+                   help="the device's server ends a session after this many seconds (default 600)")
+    p.add_argument("--rpc-load-timeout", type=float, default=30.0, metavar="S",
+                   help="stop with an error when a device has not loaded a network after this many seconds "
+                        "(default 30)")
     p.add_argument("--cross-cc", metavar="CC",
                    help="C compiler that links libraries for the target (default: TRIPLE-gcc for another arch)")
 

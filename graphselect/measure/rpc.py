@@ -19,6 +19,7 @@ tensors fails, apache/tvm#18108) and timed by the device's own ``time_evaluator`
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -38,6 +39,10 @@ from .store import Measurement
 log = logging.getLogger(__name__)
 
 DEATHS = 2                 # an artifact whose session died this many times is a failed measurement
+# A network's upload and load take seconds even under qemu; a session that has not loaded it by
+# then is hung (one that never answered held the aarch64 test for the server's whole 600 s
+# session timeout), and the run stops with an error naming the device instead of waiting.
+LOAD_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -46,15 +51,17 @@ class RpcConfig:
     port: int
     key: str
     sessions: int = 1
-    session_timeout: float = 600.0   # the server ends a session after this long (a hung kernel)
+    session_timeout: float = 600.0   # the server ends a session after this long (a hung kernel; --rpc-timeout)
     priority: int = 1
+    load_timeout: float = LOAD_TIMEOUT_S   # a network's upload and load on the device, at most (--rpc-load-timeout)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
 
-def parse_tracker(text: str, key: str | None, sessions: int = 1) -> RpcConfig:
+def parse_tracker(text: str, key: str | None, sessions: int = 1, session_timeout: float = 600.0,
+                  load_timeout: float = LOAD_TIMEOUT_S) -> RpcConfig:
     """``HOST:PORT`` and a key as an :class:`RpcConfig` (GraphSelectError when malformed)."""
     host, sep, port = str(text).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -63,7 +70,10 @@ def parse_tracker(text: str, key: str | None, sessions: int = 1) -> RpcConfig:
         raise GraphSelectError("--rpc-tracker needs --rpc-key KEY: the key the device's servers registered with")
     if sessions < 1:
         raise GraphSelectError(f"--rpc-sessions must be >= 1, got {sessions}")
-    return RpcConfig(host, int(port), key, int(sessions))
+    for name, v in (("--rpc-timeout", session_timeout), ("--rpc-load-timeout", load_timeout)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise GraphSelectError(f"{name} must be a positive number of seconds, got {v!r}")
+    return RpcConfig(host, int(port), key, int(sessions), float(session_timeout), load_timeout=float(load_timeout))
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,15 @@ class RpcRunner:
         except GraphSelectError as e:
             log.warning("%s", e)
             return
+        try:
+            self._serve_with(sess, todo, results, timing, index)
+        finally:
+            # the server serves one session at a time: release it now, not when the garbage
+            # collector gets to it (a session kept alive held the device for its whole timeout)
+            del sess
+            gc.collect()
+
+    def _serve_with(self, sess, todo: queue.Queue, results: queue.Queue, timing: TimingConfig, index: int) -> None:
         rng = np.random.default_rng(index)
         while True:
             try:
@@ -201,7 +220,8 @@ class RpcRunner:
                 log.info("an RPC session under %r died (%s); its work goes to another", self.cfg.key, e)
                 return
             except Exception as e:  # noqa: BLE001 - the kernel failed on the device: a value
-                results.put((a, e))
+                # without its traceback, whose frames hold the session (and would keep it open)
+                results.put((a, e.with_traceback(None)))
 
     def _one(self, sess, a: Artifact, timing: TimingConfig, rng):
         def load(path: str):
@@ -224,24 +244,49 @@ class RpcRunner:
         return Measurement(j.workload, j.candidate, cold, warm, None, a.build_s, rel, j.version, 0.0, flag)
 
 
+def within(seconds: float, fn, message: str):
+    """``fn()``, or GraphSelectError(message) when it has not returned after ``seconds`` (it is
+    left running in a daemon thread: an RPC call cannot be interrupted)."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise GraphSelectError(message)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class RemoteNetwork:
     """A compiled Relax executable on a device (``sess``, one session of the tracker's: networks
     share it, since a server serves one session at a time): ``run(xs)`` returns every output as
     numpy, and ``runner()`` a callable for ``measure.e2e.compare`` whose ``time_block`` the
     device times."""
 
-    def __init__(self, sess, executable, cc: str | None, library=None):
+    def __init__(self, sess, executable, cc: str | None, library=None, timeout: float = LOAD_TIMEOUT_S,
+                 where: str = "the device"):
         from tvm import relax
         from .builder import export
         self.sess = sess
         name = f"gsnet_{uuid.uuid4().hex[:8]}.so"
-        if library is not None:          # already linked (a cached build)
-            self.sess.upload(str(library), name)
-        else:
-            with tempfile.TemporaryDirectory(prefix="graphselect-net-") as d:
-                self.sess.upload(export(executable, os.path.join(d, "net.so"), cc), name)
-        self.dev = self.sess.cpu()
-        self.vm = relax.VirtualMachine(self.sess.load_module(name), self.dev)
+        with tempfile.TemporaryDirectory(prefix="graphselect-net-") as d:
+            path = str(library) if library is not None else export(executable, os.path.join(d, "net.so"), cc)
+
+            def load():
+                self.sess.upload(path, name)
+                self.dev = self.sess.cpu()
+                return relax.VirtualMachine(self.sess.load_module(name), self.dev)
+
+            self.vm = within(timeout, load, f"{where} did not load the network within {timeout:g} s (its server "
+                                            f"may be hung: restart it, or raise --rpc-load-timeout)")
 
     def _set(self, xs) -> None:
         from ..runtime import device_args

@@ -138,4 +138,5 @@ def networks(built: list[Built], s: Settings) -> dict:
         return {b.label: LocalNetwork(b.executable) for b in built}
     from ..measure.rpc import RemoteNetwork, open_session
     sess = open_session(s.rpc)
-    return {b.label: RemoteNetwork(sess, b.executable, s.cc, b.library) for b in built}
+    where = f"the RPC device under key {s.rpc.key!r}"
+    return {b.label: RemoteNetwork(sess, b.executable, s.cc, b.library, s.rpc.load_timeout, where) for b in built}

@@ -62,6 +62,7 @@ class Settings:
 def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cache=True, time_limit=30.0,
              verify=True, benchmark_runs=30, timing=None, progress=None, name=None, cache_budget="auto",
              workers=None, max_rounds=None, innet_rounds=8, rpc_tracker=None, rpc_key=None, rpc_sessions=1,
+             rpc_timeout=600.0, rpc_load_timeout=30.0,
              cross_cc=None, precision="fp32", tolerance=DEFAULT_TOLERANCE) -> Settings:
     """Validate the options and fix this process's TVM thread count (with ``rpc_tracker``: ask
     the key's devices what they are instead)."""
@@ -74,7 +75,7 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
         from ..measure import rpc
         if rpc_tracker is None:
             raise GraphSelectError("--rpc-key needs --rpc-tracker HOST:PORT")
-        rpc_cfg = rpc.parse_tracker(rpc_tracker, rpc_key, rpc_sessions)
+        rpc_cfg = rpc.parse_tracker(rpc_tracker, rpc_key, rpc_sessions, rpc_timeout, rpc_load_timeout)
         device = rpc.device(rpc_cfg)
         target = _device_target(target, device)
         if threads is not None and threads != device.threads:

@@ -69,6 +69,13 @@ def test_aarch64_optimize_under_qemu_matches_onnxruntime(aarch64, store, tmp_pat
 
 
 def test_aarch64_cli_over_rpc_reuses_the_device_records(aarch64, store, tmp_path):
+    from graphselect.measure.jobs import WARM_FLAG
+    from graphselect.measure.store import RecordStore
+    st = RecordStore(store)
+    try:
+        flagged = sum(1 for x in st.records() if (x["flag"] or "").startswith(WARM_FLAG) and "aarch64" in x["cpu"])
+    finally:
+        st.close()
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "graphselect.cli", "optimize", "tiny", "--target", TARGET, "--rpc-tracker",
            aarch64.address, "--rpc-key", "a64", "--runs", "2", "-o", str(out), "--cache", str(store)]
@@ -77,5 +84,7 @@ def test_aarch64_cli_over_rpc_reuses_the_device_records(aarch64, store, tmp_path
     assert elf_machine(out / "model.so") == 183
     rep = json.loads((out / "report.json").read_text())
     assert rep["records"]["jobs"] > 0
-    assert rep["records"]["reused"] == rep["records"]["jobs"]   # the API test's records, filed under the device
+    # the API test's records, filed under the device: all reused but those it flagged warm-above-cold
+    # (re-timed once by the next run)
+    assert rep["records"]["reused"] == rep["records"]["jobs"] - flagged
     assert rep["max_rel_err"] <= 1e-4 and "aarch64" in p.stdout and "via the RPC tracker" in p.stdout
