@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BuildError
 from ..measure.reference import TOLERANCE, compare_outputs
 from .build import Built, networks
 from .load import Imported, inputs, quantized, reference_for
