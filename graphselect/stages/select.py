@@ -20,7 +20,6 @@ import math
 import time
 from dataclasses import dataclass, field
 
-
 from ..errors import GraphSelectError
 from ..measure.reference import compare_outputs
 from .build import Built, build, networks
