@@ -131,6 +131,7 @@ def device(cfg: RpcConfig) -> Device:
                       int(sess.get_function("runtime.NumThreads")()))
     finally:
         del sess
+        gc.collect()          # the server serves one session at a time: free it now
 
 
 def alive(sess) -> bool:

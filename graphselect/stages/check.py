@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure.reference import TOLERANCE, compare_outputs
-from .build import Built, networks
+from .build import Built, networks, release_sessions
 from .load import Imported, inputs, quantized, reference_for
 from .measure import load_probe
 from .settings import Settings
@@ -37,6 +37,15 @@ CHECK_SECONDS = 3.0    # the built networks are compared for at least this long 
 
 
 def check(imported: Imported, built: list[Built], chosen: str, s: Settings, store=None) -> Checked:
+    """:func:`checked`; on an RPC device, its session released at once afterwards."""
+    try:
+        return checked(imported, built, chosen, s, store)
+    finally:
+        if s.remote:
+            release_sessions()
+
+
+def checked(imported: Imported, built: list[Built], chosen: str, s: Settings, store=None) -> Checked:
     """Every output of every built network against the reference (onnxruntime, or what
     ``measure.reference`` falls back to); then the built networks timed against each other (one
     runtime: no pauses, so many rounds), and the returned one against onnxruntime (pauses at every

@@ -129,3 +129,21 @@ def test_a_device_that_stops_answering_fails_in_seconds():
         RemoteNetwork(HungSession(), None, None, library=__file__, timeout=0.5)
     assert time.perf_counter() - t0 < 5
     hang.set()
+
+
+def test_a_finished_run_leaves_the_single_server_free(cluster):
+    """The device's one server is free as soon as optimize returns: a finished run's sessions are
+    released, not left to the garbage collector (the next run's request waited 600 s for them)."""
+    import gc
+    cluster.server("one")
+    gc.disable()               # as in a process that allocates little after the run: no collection
+    try:
+        r = graphselect.optimize(models.build("tiny"), cache=None, rpc_tracker=cluster.address, rpc_key="one",
+                                 benchmark_runs=2, timing=QUICK)
+        assert r.report["max_rel_err"] <= 1e-4
+        cfg = rpc.parse_tracker(cluster.address, "one")
+        sess = rpc.within(20.0, lambda: rpc.open_session(cfg), "the server was still held by the finished run")
+        assert rpc.alive(sess)
+        del sess
+    finally:
+        gc.enable()
