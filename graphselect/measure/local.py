@@ -12,7 +12,7 @@ again later (a slow spell on this VM lasts seconds). A record whose samples coul
 quiet, or whose warm time is well above its cold time, is stored with a ``flag`` and re-timed
 by the next run (warm above cold once more: the flag says so, and it stands); the reference's
 time is stored with every record, so a record is also re-timed when the quiet time known later
-is lower than ``LOAD_TOLERANCE`` allows. The quiet time is the lower of this run's
+is lower than ``STALE_TOLERANCE`` allows. The quiet time is the lower of this run's
 floor and the previous run's (kept in the store under the reference's own code version), so it
 can rise again when the machine's neighbours change instead of calling every later run loaded.
 """
@@ -33,10 +33,11 @@ log = logging.getLogger(__name__)
 
 LOAD_TOLERANCE = 1.1       # reference kernel slower than this x its quiet time: the machine is loaded
 # a stored record is re-timed when the reference ran this much slower while it was taken than the
-# quiet reference time known now: a sample is only kept within LOAD_TOLERANCE of the quiet time
-# of its own run, so this re-times what a later, quieter run would have refused (until 2026-12 it
-# was 1.3: records taken at 1.1-1.3x were kept for good)
-STALE_TOLERANCE = LOAD_TOLERANCE
+# quiet reference time known now. Looser than LOAD_TOLERANCE: a sample is kept within 1.1x of the
+# quiet time known at that moment, which falls during a run, so a record's reference reading sits
+# up to ~1.2x the run's final floor. At 1.1 a second run of the zoo's tiny model re-timed all 71
+# of its records (fresh-clone CI, Zen 4, 2026-12-02).
+STALE_TOLERANCE = 1.3
 LOAD_FLAG = "timed under load"
 EXTRA_PASSES = 8           # passes beyond TimingConfig.rounds to get quiet samples
 REFERENCE = ("graphselect reference kernel", "nchwc 64->64 3x3/1 28x28 bias+relu")
