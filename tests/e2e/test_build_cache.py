@@ -34,12 +34,20 @@ def test_two_family_sets_on_one_store_each_load_their_own_network(tmp_path):
     assert build.module_key(first["direct"].module, s) != build.module_key(first["nchwc"].module, s)
     x = np.random.default_rng(3).standard_normal(first["direct"].input_shape).astype("float32")
     for fams in (["direct"], ["nchwc"]):
-        again = _run(model, path, fams)
+        prev = first[fams[0]]
+        for _ in range(2):
+            # a record the first run flagged (warm above cold) is re-timed once by the next, which
+            # may change the choice: then that run compiles its own module, and the one after loads it
+            again = _run(model, path, fams)
+            if again.library is not None:
+                break
+            assert again.module.script(show_meta=False) != prev.module.script(show_meta=False)
+            prev = again
         # the cached library loaded is the one this run's module names, and it is that module
         assert again.library == build.build_path(again.module, s)
-        assert again.module.script(show_meta=False) == first[fams[0]].module.script(show_meta=False)
-        assert _families(again) == _families(first[fams[0]])
-        np.testing.assert_allclose(again.run(x), first[fams[0]].run(x), rtol=1e-5, atol=1e-6)
+        assert again.module.script(show_meta=False) == prev.module.script(show_meta=False)
+        assert _families(again) == _families(prev) == {fams[0]}
+        np.testing.assert_allclose(again.run(x), prev.run(x), rtol=1e-5, atol=1e-6)
 
 
 def test_the_key_sees_the_weights_and_nothing_else_of_the_options(tmp_path):
