@@ -138,9 +138,9 @@ def vm_runner(executable, x):
 
 
 def vm_user_runner(executable, x):
-    """Like :func:`vm_runner`, but what a user's call costs: the numpy inputs converted to TVM
-    tensors on every call and every output copied back to numpy (``runtime.Caller``, what
-    ``OptimizeResult.run`` calls)."""
+    """Like :func:`vm_runner`, but what a user's call costs: the numpy inputs copied into the
+    VM's input tensors and every output copied back to numpy on every call (``runtime.Caller``,
+    what ``OptimizeResult.run`` calls)."""
     import tvm
     from tvm import relax
     from ..runtime import Caller

@@ -142,3 +142,8 @@ AGAIN = " (again when re-timed)"       # ... and once more when re-timed: it sta
 
 def suspicious_warm(cold: float, warm: float) -> bool:
     return warm > 1.25 * cold + 2e-3
+
+
+def warm_flag(cold: float, warm: float) -> str | None:
+    """The record's flag when its warm time is well above its cold time (both runners), else None."""
+    return f"{WARM_FLAG}: warm {warm:.4f} ms, cold {cold:.4f} ms" if suspicious_warm(cold, warm) else None

@@ -26,7 +26,7 @@ from typing import Iterator
 import numpy as np
 
 from .builder import compile_func
-from .jobs import AGAIN, WARM_FLAG, Artifact, TimingConfig, arg_arrays, load_and_check, sample, suspicious_warm
+from .jobs import AGAIN, WARM_FLAG, Artifact, TimingConfig, arg_arrays, load_and_check, sample, suspicious_warm, warm_flag
 from .store import Measurement
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def stale(m: Measurement, quiet_ms: float | None) -> bool:
     """Whether a stored record must be re-timed: flagged when taken (under load, or warm well
     above cold unless a re-time confirmed it), or taken while the reference kernel ran slower
     than the tolerance allows against the quiet time known now."""
-    if m.flag and (m.flag.startswith(LOAD_FLAG) or (m.flag.startswith(WARM_FLAG) and not m.flag.endswith(AGAIN))):
+    if m.flag and (m.flag.startswith(LOAD_FLAG) or _unconfirmed_warm(m.flag)):
         return True
     return bool(quiet_ms) and m.ok and m.load > 0 and m.load > STALE_TOLERANCE * quiet_ms
 
@@ -111,10 +111,14 @@ def confirmed(new: Measurement, old: Measurement | None) -> Measurement:
     """``new``, its warm-above-cold flag marked as confirmed when the record it replaces had the
     same flag (the kernel's warm timing really is slower: re-timing it each run would not help)."""
     from dataclasses import replace
-    if (old is not None and new.flag and old.flag and new.flag.startswith(WARM_FLAG)
-            and old.flag.startswith(WARM_FLAG) and not new.flag.endswith(AGAIN)):
+    if old is not None and old.flag and old.flag.startswith(WARM_FLAG) and _unconfirmed_warm(new.flag):
         return replace(new, flag=new.flag + AGAIN)
     return new
+
+
+def _unconfirmed_warm(flag: str | None) -> bool:
+    """A warm-above-cold flag that no re-time has repeated yet."""
+    return bool(flag) and flag.startswith(WARM_FLAG) and not flag.endswith(AGAIN)
 
 
 
@@ -188,8 +192,8 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
             flag = f"{LOAD_FLAG} (reference kernel {np.median(loaded[id(b)]) / probe.quiet_ms:.2f}x its quiet time)"
         cold = float(np.median([c for c, _ in ss]))
         warm = float(np.median([w for _, w in ss]))
-        if flag is None and suspicious_warm(cold, warm):
-            flag = f"{WARM_FLAG}: warm {warm:.4f} ms, cold {cold:.4f} ms"
+        if flag is None:
+            flag = warm_flag(cold, warm)
         load = float(np.median(loads[id(b)])) if loads[id(b)] and probe is not None else 0.0
         out.append((a, Measurement(j.workload, j.candidate, cold, warm, None, bs, rel, j.version, load, flag)))
     return out

@@ -33,7 +33,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import GraphSelectError
-from .jobs import WARM_FLAG, Artifact, TimingConfig, last_line, load_and_check, sample, suspicious_warm
+from .jobs import Artifact, TimingConfig, last_line, load_and_check, sample, warm_flag
 from .store import Measurement
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,15 @@ def device(cfg: RpcConfig) -> Device:
                       int(sess.get_function("runtime.NumThreads")()))
     finally:
         del sess
-        gc.collect()          # the server serves one session at a time: free it now
+        release_sessions()
+
+
+def release_sessions() -> None:
+    """Free the RPC sessions no one holds any more, now. A device's server serves one session at
+    a time, and a session the garbage collector has not reached yet (a finished check's networks
+    sit in reference cycles) keeps it busy: in the aarch64 tests the next run's request waited
+    for the server's 600 s session timeout, until a collection in the test process freed it."""
+    gc.collect()
 
 
 def alive(sess) -> bool:
@@ -198,10 +206,8 @@ class RpcRunner:
         try:
             self._serve_with(sess, todo, results, timing, index)
         finally:
-            # the server serves one session at a time: release it now, not when the garbage
-            # collector gets to it (a session kept alive held the device for its whole timeout)
             del sess
-            gc.collect()
+            release_sessions()
 
     def _serve_with(self, sess, todo: queue.Queue, results: queue.Queue, timing: TimingConfig, index: int) -> None:
         rng = np.random.default_rng(index)
@@ -240,7 +246,7 @@ class RpcRunner:
             raise
         cold = float(np.median([c for c, _ in ss]))
         warm = float(np.median([w for _, w in ss]))
-        flag = f"{WARM_FLAG}: warm {warm:.4f} ms, cold {cold:.4f} ms" if suspicious_warm(cold, warm) else None
+        flag = warm_flag(cold, warm)
         j = a.job
         return Measurement(j.workload, j.candidate, cold, warm, None, a.build_s, rel, j.version, 0.0, flag)
 

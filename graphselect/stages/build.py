@@ -140,13 +140,3 @@ def networks(built: list[Built], s: Settings) -> dict:
     sess = open_session(s.rpc)
     where = f"the RPC device under key {s.rpc.key!r}"
     return {b.label: RemoteNetwork(sess, b.executable, s.cc, b.library, s.rpc.load_timeout, where) for b in built}
-
-
-def release_sessions() -> None:
-    """Free the RPC sessions no one holds any more. A device's server serves one session at a
-    time, and a session the garbage collector has not reached yet (the networks of a finished
-    check sit in reference cycles) keeps it busy: in the aarch64 tests the next run's request
-    waited for the server's 600 s session timeout, until a collection in the test process freed
-    it at once."""
-    import gc
-    gc.collect()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure.reference import TOLERANCE, compare_outputs
-from .build import Built, networks, release_sessions
+from .build import Built, networks
 from .load import Imported, inputs, quantized, reference_for
 from .measure import load_probe
 from .settings import Settings
@@ -42,6 +42,7 @@ def check(imported: Imported, built: list[Built], chosen: str, s: Settings, stor
         return checked(imported, built, chosen, s, store)
     finally:
         if s.remote:
+            from ..measure.rpc import release_sessions
             release_sessions()
 
 

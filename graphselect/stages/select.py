@@ -188,9 +188,8 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             rounds.append(Round(r, cal.as_dict(), label, predicted, {}, (), budget))
             break
         errors = {}
-        for lb, a in want:
-            before[lb] = Prediction(r, predicted[lb], basis(a.choice, r))
         for k, (lb, a) in enumerate(want):
+            before[lb] = Prediction(r, predicted[lb], basis(a.choice, r))
             s.progress("build", k, len(want), f"compiling the {lb} selection")
             built.append(build(imported, measured, lb, a, s))
             if acc is not None:
