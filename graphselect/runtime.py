@@ -46,7 +46,7 @@ class Caller:
     per-call costs of :func:`call`: the function is looked up once, and each input is copied into
     a CPU tensor allocated once per shape (through a numpy view of it) instead of a new tensor per
     call; every output is copied out before the next call can touch the staging tensors. (On a
-    Zen 4 VM, a 30 us network: tensor() 45-56 us per input, a function lookup 15-27 us, a copy
+    Zen 3 VM, a 30 us network: tensor() 45-56 us per input, a function lookup 15-27 us, a copy
     through the view 1.5 us.) Like the VM, not for concurrent calls from several threads."""
 
     def __init__(self, vm):

@@ -36,7 +36,7 @@ LOAD_TOLERANCE = 1.1       # reference kernel slower than this x its quiet time:
 # quiet reference time known now. Looser than LOAD_TOLERANCE: a sample is kept within 1.1x of the
 # quiet time known at that moment, which falls during a run, so a record's reference reading sits
 # up to ~1.2x the run's final floor. At 1.1 a second run of the zoo's tiny model re-timed all 71
-# of its records (fresh-clone CI, Zen 4, 2026-12-02).
+# of its records (fresh-clone CI, Zen 3, 2026-12-02).
 STALE_TOLERANCE = 1.3
 LOAD_FLAG = "timed under load"
 EXTRA_PASSES = 8           # passes beyond TimingConfig.rounds to get quiet samples
