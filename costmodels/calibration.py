@@ -7,20 +7,31 @@ kernels nearer their cold than their warm times, and a depthwise conv reading a 
 ran 2x its isolated time. So every built network's kernels are timed where they run (see
 ``graphselect.measure.innet``), and those times fit a small model of this machine:
 
-    in-network time of a kernel = scale * blend(cold, warm, m * s(F / k)) + launch
+    in-network time of a kernel = scale * (blend(cold, warm, m * s(F / k)) + b * (incold - cold)) + launch
 
 - ``s`` is the residency curve of the footprint ``F`` (1 within the budget, the measured
   partial-residency steps beyond it, 0 past the last), ``k`` stretches it (the cache the network
   really gets is ``k`` times the budget) and ``m`` is the share of the isolated warm-cold gap a
   kernel keeps at best (isolated warm timing runs from L1/L2; a network reads weights from L3);
-- ``scale`` is per kernel when that kernel has been seen in a network, else per family;
+- ``incold - cold`` is what the kernel pays when its input is not in cache either (both measured
+  alone: cold keeps the input warm, in-cold flushes it too), and ``b`` (``input_miss``) the share
+  of it a kernel pays in a network, where its input was written by the kernel before it and part
+  of it has left the cache since: the same for every kernel of the machine, so it transfers from
+  one model to the next (on a Zen 3 VM the in-place time of MobileNetV2's depthwise convs,
+  whose inputs are 1-5 MB, was 1.3-2x their cold time, that of ResNet-18's 3x3 convs 0.9-1.1x);
+- ``scale`` is per kernel when that kernel has been seen in a network, else per family, shrunk
+  towards the machine's scale (``scale``, all families) by how little of the family has run
+  (a family seen for microseconds in one small model says little of the next model's: tiny's
+  ``direct`` kernels at 0.72x priced SqueezeNet's 20% low); a family never seen gets the
+  machine's scale;
 - ``launch`` is the runtime's cost per kernel call outside the kernels (VM dispatch, allocation);
 - every other kernel (pooling, elementwise ops, layout transforms, unfused epilogues, which the
   network's fusion merges and splits differently from their isolated snippets) shares one
   scale, ``other_scale``, per model when it has been built, else the machine's median.
 
-``fit`` picks ``m`` and ``k`` on a grid (with a pull towards 1, the uncalibrated model, where the
-data cannot tell) and the scales as medians of log ratios. Pure Python and numpy: no TVM.
+``fit`` picks ``m``, ``k`` and ``b`` on a grid (with a pull towards :func:`prior`, m = 0, k = 1 and
+b = 0, where the data cannot tell) and the scales as medians of log ratios. Pure Python and
+numpy: no TVM.
 """
 from __future__ import annotations
 
@@ -33,7 +44,10 @@ import numpy as np
 # grid searched by fit(); the pull towards m = k = 1 decides where the data are flat
 M_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 LOG2_K_GRID = tuple(0.25 * i for i in range(-8, 13))     # k from 1/4 to 8
-PULL = 0.02          # loss per unit of (log2 k)^2 and (1 - m)^2, against the summed Huber loss of the kernels
+B_GRID = tuple(round(0.1 * i, 1) for i in range(11))     # input_miss from 0 to 1
+PULL = 0.02          # loss per unit of (log2 k)^2, (1 - m)^2 and b^2, against the summed Huber loss of the kernels
+# a family's own scale counts w / (w + SHRINK_MS) against the machine's, w its kernels' in-place ms
+SHRINK_MS = 2.0
 MIN_MS = 1e-4
 RECENT = 3            # per kernel and per model, the scales are medians of the newest observations
 
@@ -47,6 +61,11 @@ class KernelObservation:
     cold_ms: float
     warm_ms: float
     innet_ms: float                 # per call, instrument overhead removed
+    incold_ms: float | None = None  # alone with its input flushed too (None: as cold)
+
+    @property
+    def incold(self) -> float:
+        return self.cold_ms if self.incold_ms is None else max(self.cold_ms, self.incold_ms)
 
 
 @dataclass(frozen=True)
@@ -61,6 +80,11 @@ class NetworkObservation:
     other_innet_ms: float           # sum over every other kernel
     other_cold_ms: float            # what the Problem predicted for those, weights cold
     other_warm_ms: float            # ... and warm
+    other_incold_ms: float | None = None   # ... and with their inputs flushed too (None: as cold)
+
+    @property
+    def other_incold(self) -> float:
+        return self.other_cold_ms if self.other_incold_ms is None else max(self.other_cold_ms, self.other_incold_ms)
 
 
 def _steps_share(footprint: float, budget: float | None, steps: Sequence[tuple[int, float]]) -> float:
@@ -78,16 +102,26 @@ def _blend(cold: float, warm: float, share: float) -> float:
     return cold + share * (warm - cold)
 
 
+def _miss(cold: float, incold: float | None) -> float:
+    """What reading the input from memory adds (>= 0; 0 when not measured)."""
+    return 0.0 if incold is None or not math.isfinite(incold) else max(0.0, incold - cold)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The fitted model; ``Calibration()`` is the identity (isolated timings as they are)."""
     warm_max: float = 1.0                     # m
     capacity: float = 1.0                     # k
     launch_ms: float = 0.0
+    input_miss: float = 0.0                   # b
+    scale: float = 1.0                        # the machine's: every family's kernels together
     family_scale: Mapping[str, float] = field(default_factory=dict)
     kernel_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)
     other_scale: float = 1.0                  # machine-wide median
     model_other_scale: Mapping[str, float] = field(default_factory=dict)
+    # (model, family) -> the family's scale in that model's own networks, unshrunk: a model's
+    # kernels of one family share their shapes, so what one showed prices its siblings
+    model_family_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)
     model_launch: Mapping[str, float] = field(default_factory=dict)
     networks: int = 0                         # built networks the fit saw
     kernels: int = 0                          # kernel observations the fit saw
@@ -97,25 +131,31 @@ class Calibration:
     def identity(self) -> bool:
         return self.networks == 0
 
-    def scale_of(self, key: tuple[str, str], family: str) -> float:
-        return self.kernel_scale.get(tuple(key), self.family_scale.get(family, 1.0))
+    def scale_of(self, key: tuple[str, str], family: str, model: str = "") -> float:
+        """The kernel's own scale, else its family's in this model's networks, else its family's
+        on the machine (shrunk), else the machine's."""
+        if tuple(key) in self.kernel_scale:
+            return self.kernel_scale[tuple(key)]
+        return self.model_family_scale.get((model, family), self.family_scale.get(family, self.scale))
 
     def launch(self, model: str = "") -> float:
         return self.model_launch.get(model, self.launch_ms)
 
     def kernel(self, key: tuple[str, str], family: str, cold_ms: float, warm_ms: float,
-               calls: int = 1, model: str = "") -> tuple[float, float]:
+               incold_ms: float | None = None, calls: int = 1, model: str = "") -> tuple[float, float]:
         """Calibrated (cold, warm) of one conv option: blending them by the Problem's share gives
-        ``scale * blend(cold, warm, warm_max * share) + calls * launch``."""
-        sc = self.scale_of(key, family)
+        ``scale * (blend(cold, warm, warm_max * share) + input_miss * (incold - cold)) + calls * launch``."""
+        sc = self.scale_of(key, family, model)
+        miss = self.input_miss * _miss(cold_ms, incold_ms)
         warm_eff = _blend(cold_ms, warm_ms, self.warm_max)
         lc = calls * self.launch(model)
-        return sc * cold_ms + lc, sc * warm_eff + lc
+        return sc * (cold_ms + miss) + lc, sc * (warm_eff + miss) + lc
 
-    def other(self, model: str, cold_ms: float, warm_ms: float) -> tuple[float, float]:
+    def other(self, model: str, cold_ms: float, warm_ms: float, incold_ms: float | None = None) -> tuple[float, float]:
         """Calibrated (cold, warm) of a non-conv cost (op node or layout transform)."""
         sc = self.model_other_scale.get(model, self.other_scale)
-        return sc * cold_ms, sc * _blend(cold_ms, warm_ms, self.warm_max)
+        miss = self.input_miss * _miss(cold_ms, incold_ms)
+        return sc * (cold_ms + miss), sc * (_blend(cold_ms, warm_ms, self.warm_max) + miss)
 
     def budget(self, budget: int | None, steps: Sequence[tuple[int, float]]):
         """The residency budget and partial steps, stretched by the fitted capacity."""
@@ -126,10 +166,20 @@ class Calibration:
 
     def as_dict(self) -> dict:
         return {"warm_max": self.warm_max, "capacity": self.capacity, "launch_ms": self.launch_ms,
-                "model_launch_ms": dict(self.model_launch),
+                "input_miss": self.input_miss, "scale": round(self.scale, 4), "model_launch_ms": dict(self.model_launch),
                 "family_scale": dict(self.family_scale), "other_scale": self.other_scale,
                 "model_other_scale": dict(self.model_other_scale), "kernel_scales": len(self.kernel_scale),
                 "networks": self.networks, "kernels": self.kernels, "loss": self.loss}
+
+
+def prior(launch_ms: float = 0.0) -> Calibration:
+    """What a machine none of whose networks has been timed is priced by: isolated cold timings,
+    no input miss, scale 1, and ``launch_ms`` per kernel call (the machine's launch probe). Not the
+    identity: a kernel's isolated warm time (repeated calls, its data in L1/L2) was not reached in
+    place on any machine measured, not even where the weights fitted the cache (an Intel Xeon
+    with 480 MiB of L3 ran ResNet-18's kernels at their cold times; Zen 5 and Zen 3 VMs ran
+    MobileNetV2's between cold and in-cold), so warm counts only once networks show it."""
+    return Calibration(warm_max=0.0, launch_ms=launch_ms)
 
 
 def _median(xs) -> float:
@@ -140,9 +190,10 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
         budget: int | None, steps: Sequence[tuple[int, float]] = ()) -> Calibration:
     """Fit :class:`Calibration` to in-network observations, ``networks`` newest first
     (``budget``/``steps``: the uncalibrated residency curve, ``Problem.cache_bytes``/
-    ``Problem.partial``). The residency (``m``, ``k``) and the family scales come from every
-    observation; a kernel's own scale, and a model's launch cost and other-kernel scale, from
-    its newest ``RECENT`` observations (the machine's state drifts between runs).
+    ``Problem.partial``). The residency (``m``, ``k``), the input miss (``b``), the machine's scale
+    and the family scales come from every observation; a kernel's own scale, and a model's launch
+    cost and other-kernel scale, from its newest ``RECENT`` observations (the machine's state
+    drifts between runs).
 
     Examples
     --------
@@ -159,7 +210,7 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
            and math.isfinite(o.warm_ms) and o.cold_ms > 0]
     obs.sort(key=lambda o: rank[o.network])
     if not nets or not obs:
-        return Calibration()
+        return prior()
     # the runtime's own time per kernel call: what the network takes beyond its kernels
     per_call = {n.network: max(0.0, (n.e2e_ms - n.conv_innet_ms - n.other_innet_ms) / n.kernel_calls)
                 for n in nets.values()}
@@ -172,35 +223,53 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
     fam_idx = np.array([fams.index(o.family) for o in obs])
     cold = np.array([o.cold_ms for o in obs])
     warm = np.array([min(o.warm_ms, o.cold_ms * 4) for o in obs])
-    target = np.log(np.maximum(np.array([o.innet_ms for o in obs]), MIN_MS))
+    miss = np.array([_miss(o.cold_ms, o.incold) for o in obs])
+    innet = np.maximum(np.array([o.innet_ms for o in obs]), MIN_MS)
+    target = np.log(innet)
     # kernels weigh by their time: the big kernels decide a network's time, and a family scale
     # learned mostly from microsecond kernels mispriced a big model's (tiny -> ResNet-18: -34%)
-    weight = np.maximum(np.array([o.innet_ms for o in obs]), MIN_MS)
-    weight = weight / weight.mean()
+    weight = innet / innet.mean()
+    # how much a family's own scale counts against the machine's: by how long its kernels ran
+    fam_ms = np.array([innet[fam_idx == j].sum() for j in range(len(fams))])
+    trust = fam_ms / (fam_ms + SHRINK_MS)
+    sel = [fam_idx == j for j in range(len(fams))]
     base_share = np.array([_steps_share(nets[o.network].footprint_bytes, budget, steps) for o in obs])
     fp = np.array([nets[o.network].footprint_bytes for o in obs], dtype=float)
+    b_grid = B_GRID if miss.any() else (0.0,)
 
-    best = None
-    for l2k in LOG2_K_GRID:
+    # capacities that give every observation the same share fit alike: the one nearest 1 stands
+    # for them (the pull prefers it), so each distinct share vector is fitted once
+    by_share: dict = {}
+    for l2k in sorted(LOG2_K_GRID, key=abs):
         k = 2.0 ** l2k
         share0 = np.array([_steps_share(f / k, budget, steps) for f in fp]) if budget is not None else base_share
-        for m in M_GRID:
-            pred = np.log(np.maximum(cold + m * share0 * (warm - cold), MIN_MS))
-            resid = target - pred
-            logscale = np.zeros(len(fams))
-            for j in range(len(fams)):
-                sel = fam_idx == j
-                logscale[j] = _weighted_median(resid[sel], weight[sel])
-            err = resid - logscale[fam_idx]
-            loss = float(np.sum(weight * _huber(err))) + PULL * (l2k ** 2 + (1 - m) ** 2)
-            if best is None or loss < best[0] - 1e-12:
-                best = (loss, m, k, logscale, share0)
-    loss, m, k, logscale, share0 = best
+        by_share.setdefault(share0.tobytes(), (l2k, share0))
+    def evaluate(l2k, share0, m, b):
+        resid = target - np.log(np.maximum(cold + m * share0 * (warm - cold) + b * miss, MIN_MS))
+        glob = _weighted_median(resid, weight)
+        logscale = np.array([trust[j] * _weighted_median(resid[sel[j]], weight[sel[j]]) + (1 - trust[j]) * glob
+                             for j in range(len(fams))])
+        err = resid - logscale[fam_idx]
+        loss = float(np.sum(weight * _huber(err))) + PULL * (l2k ** 2 + m ** 2 + b ** 2)
+        return (loss, m, 2.0 ** l2k, b, glob, logscale, share0)
+
+    # every other grid point first, then the full grid around the best of them
+    best = min((evaluate(l2k, share0, m, b) for l2k, share0 in by_share.values() for m in M_GRID[::2]
+                for b in b_grid[::2]), key=lambda r: r[0])
+    l2k_best = math.log2(best[2])
+    near = [(mm, bb) for mm in M_GRID for bb in b_grid if abs(mm - best[1]) <= 0.1 + 1e-9 and abs(bb - best[3]) <= 0.2 + 1e-9]
+    best = min([best] + [evaluate(l2k_best, best[6], mm, bb) for mm, bb in near], key=lambda r: r[0])
+    loss, m, k, b, glob, logscale, share0 = best
     family_scale = {f: float(np.exp(logscale[j])) for j, f in enumerate(fams)}
+    resid = target - np.log(np.maximum(cold + m * share0 * (warm - cold) + b * miss, MIN_MS))
+    groups: dict = {}
+    for i, o in enumerate(obs):
+        groups.setdefault((nets[o.network].model, o.family), []).append(i)
+    model_family = {g: float(np.exp(_weighted_median(resid[ix], weight[ix]))) for g, ix in groups.items()}
     per_key: dict = {}
-    for o, s in zip(obs, share0):
-        b = _blend(o.cold_ms, min(o.warm_ms, o.cold_ms * 4), m * s)
-        per_key.setdefault(tuple(o.key), []).append(max(o.innet_ms, MIN_MS) / max(b, MIN_MS))
+    for o, s0 in zip(obs, share0):
+        base = _blend(o.cold_ms, min(o.warm_ms, o.cold_ms * 4), m * s0) + b * _miss(o.cold_ms, o.incold)
+        per_key.setdefault(tuple(o.key), []).append(max(o.innet_ms, MIN_MS) / max(base, MIN_MS))
     kernel_scale = {key: _median(v[:RECENT]) for key, v in per_key.items()}
 
     def net_share(n):
@@ -211,15 +280,17 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
         convs[o.network] = convs.get(o.network, 0) + 1
     per_model: dict = {}
     for n in nets.values():                                   # newest first
-        pred = _blend(n.other_cold_ms, n.other_warm_ms, net_share(n))
+        pred = _blend(n.other_cold_ms, n.other_warm_ms, net_share(n)) + b * _miss(n.other_cold_ms, n.other_incold)
         if pred > 0:
             others = max(0, n.kernel_calls - convs.get(n.network, 0))
             per_model.setdefault(n.model, []).append(
                 (n.other_innet_ms + others * model_launch[n.model]) / pred)
     model_other = {mdl: _median(v[:RECENT]) for mdl, v in per_model.items()}
     other = _median(list(model_other.values())) if model_other else 1.0
-    return Calibration(warm_max=float(m), capacity=float(k), launch_ms=float(launch), family_scale=family_scale,
+    return Calibration(warm_max=float(m), capacity=float(k), launch_ms=float(launch), input_miss=float(b),
+                       scale=float(np.exp(glob)), family_scale=family_scale,
                        kernel_scale=kernel_scale, other_scale=float(other), model_other_scale=model_other,
+                       model_family_scale=model_family,
                        model_launch=model_launch, networks=len(nets), kernels=len(obs), loss=float(loss))
 
 

@@ -175,8 +175,15 @@ def throughput(store: str | Path, *, threads: int, cpu: str) -> Throughput:
 def fma_peak(store: str | Path, *, threads: int, cpu: str, isa: str, measure) -> float:
     """The stored float32 FMA peak (GFLOP/s) for (cpu, threads, isa) from the JSON file
     ``store``, ``measure()`` the first time (graphselect.measure.peak: a kernel TVM builds for
-    the target, which the BLAS figure of :func:`throughput` is not)."""
-    return float(_stored(store, f"{cpu}|{threads}|fma|{isa}", lambda: {"gflops": round(measure(), 1)})["gflops"])
+    the target, which the BLAS figure of :func:`throughput` is not). Filed as ``fma2``: the
+    probe before 2026-12 spilled registers on AVX2, and its figures are not reused."""
+    return float(_stored(store, f"{cpu}|{threads}|fma2|{isa}", lambda: {"gflops": round(measure(), 1)})["gflops"])
+
+
+def launch_cost(store: str | Path, *, threads: int, cpu: str, isa: str, measure) -> float:
+    """The stored runtime cost of one kernel call (ms) for (cpu, threads, isa) from the JSON file
+    ``store``, ``measure()`` the first time (graphselect.measure.peak.measure_launch_ms)."""
+    return float(_stored(store, f"{cpu}|{threads}|launch|{isa}", lambda: {"ms": round(measure(), 5)})["ms"])
 
 
 # Footprints, as multiples of the residency budget, at which the partial-residency steps end.

@@ -54,6 +54,7 @@ class Timing:
     cold_ms: float                            # math.inf: the kernel failed or was rejected
     warm_ms: float
     rel_err: float | None = None              # its output's error against the float64 reference (checked kernels)
+    incold_ms: float | None = None            # its input flushed too (None: not measured, as cold)
 
 
 # A lower-precision option whose kernel has no measured error counts as this: it never fits a budget.
@@ -114,12 +115,12 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
                 if not (math.isfinite(t.cold_ms) and math.isfinite(t.warm_ms)):
                     cold = warm = math.inf
                 elif opt.family:
-                    cold, warm = cal.kernel(opt.kernel, opt.family, t.cold_ms, t.warm_ms, model=model)
+                    cold, warm = cal.kernel(opt.kernel, opt.family, t.cold_ms, t.warm_ms, t.incold_ms, model=model)
                 else:
-                    cold, warm = cal.other(model, t.cold_ms, t.warm_ms)
+                    cold, warm = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)
             for key in opt.extra:
                 t = _get(timings, key, f"layer {lt.name}, option {opt.name} (epilogue)")
-                c, w = cal.other(model, t.cold_ms, t.warm_ms)
+                c, w = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)
                 cold, warm = cold + c, warm + w
             choices.append(Choice(opt.name, cold, opt.in_layouts, opt.out_layout, warm_cost=warm,
                                   weight_bytes=opt.weight_bytes, workspace_bytes=opt.workspace_bytes, error=err))
@@ -129,7 +130,7 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
         tr = {}
         for pair, key in e.transforms.items():
             t = _get(timings, key, f"edge {layers[e.src].name} -> {layers[e.dst].name}")
-            tr[pair] = cal.other(model, t.cold_ms, t.warm_ms)[0] if math.isfinite(t.cold_ms) else math.inf
+            tr[pair] = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)[0] if math.isfinite(t.cold_ms) else math.inf
         out_edges.append(Edge(e.src, e.dst, e.port, tr))
     return Problem(tuple(nodes), tuple(out_edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes,
                    partial=tuple(partial) if cache_bytes is not None else (), error_budget=error_budget)
@@ -148,20 +149,24 @@ def option_keys(layers, edges) -> set[Key]:
     return keys
 
 
-def other_costs(layers, edges, timings: Mapping[Key, Timing], choice) -> tuple[float, float]:
-    """Isolated (cold, warm) ms of everything but the conv kernels that ``choice`` runs: op
-    layers, unfused epilogues and layout transforms (transforms cold in both)."""
-    cold = warm = 0.0
+def other_costs(layers, edges, timings: Mapping[Key, Timing], choice) -> tuple[float, float, float]:
+    """Isolated (cold, warm, in-cold) ms of everything but the conv kernels that ``choice`` runs:
+    op layers, unfused epilogues and layout transforms (transforms cold in the first two)."""
+    cold = warm = incold = 0.0
     for lt, k in zip(layers, choice):
         opt = lt.options[k]
         keys = ([] if opt.family or opt.kernel is None else [opt.kernel]) + list(opt.extra)
         for key in keys:
             t = _get(timings, key, f"layer {lt.name}")
-            cold, warm = cold + t.cold_ms, warm + t.warm_ms
+            cold, warm, incold = cold + t.cold_ms, warm + t.warm_ms, incold + _incold(t)
     for e in edges:
         a = layers[e.src].options[choice[e.src]].out_layout
         b = layers[e.dst].options[choice[e.dst]].in_layouts[e.port]
         if a != b:
             t = _get(timings, e.transforms[(a, b)], f"edge {layers[e.src].name} -> {layers[e.dst].name}")
-            cold, warm = cold + t.cold_ms, warm + t.cold_ms
-    return cold, warm
+            cold, warm, incold = cold + t.cold_ms, warm + t.cold_ms, incold + _incold(t)
+    return cold, warm, incold
+
+
+def _incold(t: Timing) -> float:
+    return t.cold_ms if t.incold_ms is None else max(t.cold_ms, t.incold_ms)

@@ -42,6 +42,7 @@ class TimingConfig:
     cold_repeat: int = 20          # per round; number=1 each
     warm_number: int = 10
     warm_repeat: int = 2           # per round
+    incold_repeat: int = 10        # per round, number=1 each: every argument flushed, the input too (0: not timed)
 
 
 @dataclass(frozen=True)
@@ -123,17 +124,50 @@ def last_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
 
 
-def sample(kernels, dev, timing: TimingConfig) -> tuple[float, float]:
-    """One round of the protocol over a job's kernels, (module, args) each: (cold, warm) ms.
-    Cold flushes every argument but the first (the input) from the cache before each run."""
-    c = w = 0.0
+FLUSH_ALL = "graphselect.cache_flush_all_args"
+
+
+def _register_flush_all() -> bool:
+    """Register :data:`FLUSH_ALL`, a time_evaluator preprocessor that flushes every argument of
+    the kernel from the cache, its input too (TVM's own ``cache_flush_cpu_non_first_arg`` keeps
+    the first): called with a dummy first argument. Here only: an RPC device has no Python."""
+    import tvm
+    if tvm.get_global_func(FLUSH_ALL, allow_missing=True) is not None:
+        return True
+    flush = tvm.get_global_func("cache_flush_cpu_non_first_arg", allow_missing=True)
+    if flush is None:
+        return False
+    dummy = tvm.runtime.tensor(np.zeros(16, "float32"), tvm.cpu())
+
+    def flush_all(*args):
+        flush(dummy, *args)
+    tvm.register_global_func(FLUSH_ALL, flush_all, override=True)
+    return True
+
+
+def sample(kernels, dev, timing: TimingConfig, local: bool = True) -> tuple[float, float, float]:
+    """One round of the protocol over a job's kernels, (module, args) each: (cold, warm, in-cold)
+    ms. Cold flushes every argument but the first (the input) from the cache before each run:
+    weights and output cold, the input warm. In-cold flushes the input as well (and a residual
+    operand, which cold flushes already): what a kernel pays when the tensor it reads is no
+    longer in cache, as in a network where its producer ran earlier (DESIGN.md, "Measurement");
+    ``local`` False (an RPC device, where the preprocessor does not exist) or ``incold_repeat``
+    0 gives the cold time for it."""
+    c = w = ic = 0.0
+    incold = local and timing.incold_repeat > 0 and _register_flush_all()
     for mod, args in kernels:
         fc = mod.time_evaluator("main", dev, number=1, repeat=timing.cold_repeat,
                                 f_preproc="cache_flush_cpu_non_first_arg")
         fw = mod.time_evaluator("main", dev, number=timing.warm_number, repeat=timing.warm_repeat)
-        c += float(np.median(fc(*args).results))
+        cold = float(np.median(fc(*args).results))
+        c += cold
         w += float(np.median(fw(*args).results))
-    return c * 1e3, w * 1e3
+        if incold:
+            fi = mod.time_evaluator("main", dev, number=1, repeat=timing.incold_repeat, f_preproc=FLUSH_ALL)
+            ic += max(cold, float(np.median(fi(*args).results)))
+        else:
+            ic += cold
+    return c * 1e3, w * 1e3, ic * 1e3
 
 
 WARM_FLAG = "warm well above cold"     # a record's flag when suspicious_warm: re-timed by the next run

@@ -33,11 +33,12 @@ log = logging.getLogger(__name__)
 
 LOAD_TOLERANCE = 1.1       # reference kernel slower than this x its quiet time: the machine is loaded
 # a stored record is re-timed when the reference ran this much slower while it was taken than the
-# quiet reference time known now. Looser than LOAD_TOLERANCE: a sample is kept within 1.1x of the
-# quiet time known at that moment, which falls during a run, so a record's reference reading sits
-# up to ~1.2x the run's final floor. At 1.1 a second run of the zoo's tiny model re-timed all 71
-# of its records (fresh-clone CI, Zen 3, 2026-12-02).
-STALE_TOLERANCE = 1.3
+# quiet reference time known now: the same tolerance as for a sample. A sample is kept against the
+# quiet time known at that moment, which can fall during a run; so each batch re-checks its
+# samples against the quiet time at its end, and a run re-times once, before it ends, the records
+# it took that the run's final quiet time calls stale (run.measure). Until 2026-12 this was 1.3,
+# which kept records taken at 1.1-1.3x the quiet time for good.
+STALE_TOLERANCE = LOAD_TOLERANCE
 LOAD_FLAG = "timed under load"
 EXTRA_PASSES = 8           # passes beyond TimingConfig.rounds to get quiet samples
 REFERENCE = ("graphselect reference kernel", "nchwc 64->64 3x3/1 28x28 bias+relu")
@@ -96,6 +97,12 @@ def stale(m: Measurement, quiet_ms: float | None) -> bool:
     than the tolerance allows against the quiet time known now."""
     if m.flag and (m.flag.startswith(LOAD_FLAG) or _unconfirmed_warm(m.flag)):
         return True
+    return drifted(m, quiet_ms)
+
+
+def drifted(m: Measurement, quiet_ms: float | None) -> bool:
+    """Whether a record was taken while the reference kernel ran more than ``STALE_TOLERANCE``
+    times the quiet time known now (the machine was slower then than it is quiet)."""
     return bool(quiet_ms) and m.ok and m.load > 0 and m.load > STALE_TOLERANCE * quiet_ms
 
 
@@ -157,8 +164,16 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
     loads = {id(b): [] for b in ready}        # the reference's time before each kept sample
     loaded = {id(b): [] for b in ready}       # ... before each sample dropped for load
     passes = 0
+
+    def kept(b):
+        """The samples of ``b`` quiet by the quiet time known now (it may have fallen since)."""
+        if probe is None:
+            return samples[id(b)], loads[id(b)]
+        ok = [i for i, ref in enumerate(loads[id(b)]) if not probe.loaded(ref)]
+        return [samples[id(b)][i] for i in ok], [loads[id(b)][i] for i in ok]
+
     while True:
-        need = [b for b in ready if len(samples[id(b)]) < timing.rounds]
+        need = [b for b in ready if len(kept(b)[0]) < timing.rounds]
         if not need or passes >= timing.rounds + (EXTRA_PASSES if probe is not None else 0):
             break
         passes += 1
@@ -169,12 +184,12 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
                 loaded[id(b)].append(ref)
                 continue
             any_quiet = True
-            c, w = sample(b[1], dev, timing)
-            if suspicious_warm(c, w) and len(samples[id(b)]) < timing.rounds + 2:
-                c2, w2 = sample(b[1], dev, timing)        # once more at once: a spike rarely repeats
-                if w2 < w:
-                    c, w = c2, w2
-            samples[id(b)].append((c, w))
+            got = sample(b[1], dev, timing)
+            if suspicious_warm(got[0], got[1]) and len(kept(b)[0]) < timing.rounds + 2:
+                again = sample(b[1], dev, timing)        # once more at once: a spike rarely repeats
+                if again[1] < got[1]:
+                    got = again
+            samples[id(b)].append(got)
             loads[id(b)].append(ref)
         if probe is not None and not any_quiet:
             time.sleep(0.5)        # the whole pass was loaded: let the spell pass
@@ -182,18 +197,19 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
     for b in ready:
         a, kernels, bs, rel = b
         j = a.job
-        ss = samples[id(b)]
+        ss, refs = kept(b)
         flag = None
         if len(ss) < timing.rounds:
             # could not get enough quiet samples: take what the loaded state gives, flagged
             extra = timing.rounds - len(ss)
+            late = [r for r in loads[id(b)] if r not in refs] + loaded[id(b)]
             ss = ss + [sample(kernels, dev, timing) for _ in range(extra)]
-            loads[id(b)] += loaded[id(b)]
-            flag = f"{LOAD_FLAG} (reference kernel {np.median(loaded[id(b)]) / probe.quiet_ms:.2f}x its quiet time)"
-        cold = float(np.median([c for c, _ in ss]))
-        warm = float(np.median([w for _, w in ss]))
+            refs = refs + late
+            flag = f"{LOAD_FLAG} (reference kernel {np.median(late or [0.0]) / probe.quiet_ms:.2f}x its quiet time)"
+        cold, warm, incold = (float(np.median([x[i] for x in ss])) for i in range(3))
         if flag is None:
             flag = warm_flag(cold, warm)
-        load = float(np.median(loads[id(b)])) if loads[id(b)] and probe is not None else 0.0
-        out.append((a, Measurement(j.workload, j.candidate, cold, warm, None, bs, rel, j.version, load, flag)))
+        load = float(np.median(refs)) if refs and probe is not None else 0.0
+        out.append((a, Measurement(j.workload, j.candidate, cold, warm, None, bs, rel, j.version, load, flag,
+                                   max(cold, incold))))
     return out

@@ -1,4 +1,5 @@
-"""This CPU's float32 peak, measured with a kernel TVM builds for the target.
+"""This CPU's float32 peak, measured with a kernel TVM builds for the target, and what a kernel
+call costs the runtime (:func:`measure_launch_ms`).
 
 A BLAS GEMM through numpy is not the figure to hold TVM's kernels against: the BLAS numpy ships
 may not know the CPU and run narrower vectors than the target has (OpenBLAS on AMD Zen 5 ran its
@@ -44,16 +45,64 @@ def flops(threads: int, lanes: int = 16, accumulators: int = ACCUMULATORS, steps
 
 def measure_peak_gflops(target, threads: int, *, repeats: int = 10) -> float:
     """Best of ``repeats`` runs of the probe, GFLOP/s over ``threads`` threads (``target``: a
-    tvm.target.Target for this machine's CPU)."""
+    tvm.target.Target for this machine's CPU). The accumulators are vectors of the target's own
+    width, as many as its registers hold beside the two operands (until 2026-12 they were 16
+    lanes wide everywhere: on AVX2, 24 registers' worth in 16 registers, which spilled and
+    reported 62 GFLOP/s on a Zen 3 VM)."""
     import numpy as np
     import tvm
-    func = fma_kernel(threads).with_attr("global_symbol", "peak")
+    from ..target import isa_of
+    isa = isa_of(target)
+    lanes, acc = isa.lanes, min(ACCUMULATORS, isa.registers - 4)
+    func = fma_kernel(threads, lanes, acc).with_attr("global_symbol", "peak")
     mod = tvm.compile(tvm.IRModule({"peak": func}), target=target).mod
     dev = tvm.cpu()
-    c = tvm.runtime.tensor(np.stack([np.full(16, 0.999999, "float32"), np.full(16, 1e-6, "float32")]), dev)
-    out = tvm.runtime.tensor(np.zeros((threads, ACCUMULATORS * 16), "float32"), dev)
+    c = tvm.runtime.tensor(np.stack([np.full(lanes, 0.999999, "float32"), np.full(lanes, 1e-6, "float32")]), dev)
+    out = tvm.runtime.tensor(np.zeros((threads, acc * lanes), "float32"), dev)
     for _ in range(3):                                         # warm-up (and thread start)
         mod["peak"](c, out)
     f = mod.time_evaluator("peak", dev, number=1, repeat=repeats)
     best = min(f(c, out).results)
-    return flops(threads) / best / 1e9
+    return flops(threads, lanes, acc) / best / 1e9
+
+
+LAUNCH_CALLS = 64
+
+
+def measure_launch_ms(target, threads: int, *, calls: int = LAUNCH_CALLS, repeats: int = 300) -> float:
+    """What one kernel call costs a Relax VM beyond the kernel: a network of ``calls`` calls of a
+    kernel that does almost nothing (one parallel task per thread, each adding 1 to 256 floats:
+    the thread pool wakes and joins, the VM allocates each output), per call, the lower decile
+    of ``repeats`` runs after a warm-up (a quiet reading, as the kernels' records are). This is
+    the calibration's launch cost before any network of the machine has been timed."""
+    import time
+
+    import numpy as np
+    import tvm
+    from tvm import relax, te
+    n = 256
+    a = te.placeholder((threads, n), name="a")
+    b = te.compute((threads, n), lambda i, j: a[i, j] + 1.0, name="b")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+    sch.parallel(sch.get_loops(sch.get_sblock("b"))[0])
+    bb = relax.BlockBuilder()
+    ty = relax.TensorType((threads, n), "float32")
+    x = relax.Var("x", ty)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.add_func(sch.mod["main"].with_attr("global_symbol", "add_one"), "add_one")
+            y = x
+            for _ in range(calls):
+                y = bb.emit(relax.call_tir(gv, [y], ty))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    f = relax.VirtualMachine(tvm.compile(bb.get(), target=target), tvm.cpu())["main"]
+    xt = tvm.runtime.tensor(np.zeros((threads, n), "float32"))
+    for _ in range(30):
+        f(xt)
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f(xt)
+        ts.append(time.perf_counter() - t)
+    return float(np.percentile(ts, 10)) * 1e3 / calls

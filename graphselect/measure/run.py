@@ -12,7 +12,7 @@ from typing import Callable
 
 from .builder import Builder
 from .jobs import Artifact, Job, NumericalError, TimingConfig, last_line
-from .local import LocalRunner, LoadProbe, confirmed, stale
+from .local import LocalRunner, LoadProbe, confirmed, drifted, stale
 from .store import Context, Measurement, RecordStore
 
 log = logging.getLogger(__name__)
@@ -87,39 +87,57 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
             k += len(fs)
         return arts, failed, time.perf_counter() - t0
 
-    chunks = [todo[i:i + batch] for i in range(0, len(todo), batch)]
     with Builder(target, workers, cc=cc, files=runner.files) as builder, ThreadPoolExecutor(1) as ahead:
-        nxt = ahead.submit(build, builder, chunks[0]) if chunks else None
-        for i in range(len(chunks)):
-            t0 = time.perf_counter()
-            arts, failed, _ = nxt.result()
-            if clock is not None:
-                clock["build_s"] = clock.get("build_s", 0.0) + time.perf_counter() - t0
-            # a remote runner's devices time this batch while the next one compiles here; a local
-            # one times on this machine, so nothing else may run meanwhile
-            nxt = ahead.submit(build, builder, chunks[i + 1]) if runner.remote and i + 1 < len(chunks) else None
-            for j, m in failed:
-                finish(j, m, f"{j.candidate} failed", False)
-            if progress and arts:
-                progress(done, total, f"built {len(arts)} kernels, timing them")
-            t0 = time.perf_counter()
-            for a, res in runner.run(arts, timing):
-                j = a.job
-                if isinstance(res, Measurement):
-                    finish(j, res, f"timed {j.candidate}" + (f" ({res.flag})" if res.flag else ""), True)
-                elif isinstance(res, NumericalError):
-                    # deterministic for these weights: stored, so later runs do not rebuild it
-                    log.info("candidate %s on %s rejected: %s", j.candidate, j.workload, res)
-                    finish(j, Measurement(j.workload, j.candidate, math.inf, math.inf, str(res), a.build_s,
-                                          res.rel_err, j.version), f"{j.candidate} rejected", True)
-                else:
-                    # build and run failures are not stored: the next run (maybe with a fixed TVM) tries again
-                    finish(j, _failed(j, res, a.build_s), f"{j.candidate} failed", False)
-            if clock is not None:
-                clock["run_s"] = clock.get("run_s", 0.0) + time.perf_counter() - t0
-            if nxt is None and i + 1 < len(chunks):
-                nxt = ahead.submit(build, builder, chunks[i + 1])
+        _run(todo, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done, clock=clock,
+             progress=progress, total=total)
+        if probe is not None and retime:
+            # the quiet time may have fallen since a record was taken: what this run took that the
+            # run's final quiet time calls stale is taken again now, not left for the next run
+            late = [j for j in todo if (m := out.get(j.key)) is not None and drifted(m, probe.quiet_ms)]
+            if late:
+                log.info("re-timing %d record(s) taken while the machine ran slower than its final quiet time",
+                         len(late))
+                for j in late:
+                    old[j.key] = out.pop(j.key)
+                done -= len(late)
+                _run(late, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done,
+                     clock=clock, progress=progress, total=total)
     return out
+
+
+def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_far, clock, progress, total):
+    """Build and time ``todo`` in batches, each result through ``finish``."""
+    chunks = [todo[i:i + batch] for i in range(0, len(todo), batch)]
+    nxt = ahead.submit(build, builder, chunks[0]) if chunks else None
+    for i in range(len(chunks)):
+        t0 = time.perf_counter()
+        arts, failed, _ = nxt.result()
+        if clock is not None:
+            clock["build_s"] = clock.get("build_s", 0.0) + time.perf_counter() - t0
+        # a remote runner's devices time this batch while the next one compiles here; a local
+        # one times on this machine, so nothing else may run meanwhile
+        nxt = ahead.submit(build, builder, chunks[i + 1]) if runner.remote and i + 1 < len(chunks) else None
+        for j, m in failed:
+            finish(j, m, f"{j.candidate} failed", False)
+        if progress and arts:
+            progress(done_so_far(), total, f"built {len(arts)} kernels, timing them")
+        t0 = time.perf_counter()
+        for a, res in runner.run(arts, timing):
+            j = a.job
+            if isinstance(res, Measurement):
+                finish(j, res, f"timed {j.candidate}" + (f" ({res.flag})" if res.flag else ""), True)
+            elif isinstance(res, NumericalError):
+                # deterministic for these weights: stored, so later runs do not rebuild it
+                log.info("candidate %s on %s rejected: %s", j.candidate, j.workload, res)
+                finish(j, Measurement(j.workload, j.candidate, math.inf, math.inf, str(res), a.build_s,
+                                      res.rel_err, j.version), f"{j.candidate} rejected", True)
+            else:
+                # build and run failures are not stored: the next run (maybe with a fixed TVM) tries again
+                finish(j, _failed(j, res, a.build_s), f"{j.candidate} failed", False)
+        if clock is not None:
+            clock["run_s"] = clock.get("run_s", 0.0) + time.perf_counter() - t0
+        if nxt is None and i + 1 < len(chunks):
+            nxt = ahead.submit(build, builder, chunks[i + 1])
 
 
 def _failed(j: Job, e: BaseException, build_s: float) -> Measurement:

@@ -6,8 +6,8 @@ thread count and TVM version. One row per measurement, committed as soon as it i
 interrupted run keeps what it measured; WAL mode lets a reader and a writer coexist. The schema
 version is part of the table names.
 
-Beside the isolated records the store keeps what built networks showed (``networks_v1``: one
-row per built network; ``innet_v1``: its conv kernels' in-network times), from which
+Beside the isolated records the store keeps what built networks showed (``networks_v3``: one
+row per built network; ``innet_v2``: its conv kernels' in-network times), from which
 ``costmodels.calibration.fit`` calibrates this machine; they are keyed by the same context, so
 another CPU, thread count or TVM version starts uncalibrated.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from costmodels.calibration import KernelObservation, NetworkObservation
 
-TABLE = "records_v3"
-NETWORKS = "networks_v2"
-INNET = "innet_v1"
+TABLE = "records_v4"          # v4: in-cold times (2026-12)
+NETWORKS = "networks_v3"
+INNET = "innet_v2"
 KEEP_NETWORKS = 60          # per context: the newest built networks the calibration reads
 
 
@@ -48,6 +48,11 @@ class Measurement:
     version: str = ""       # the code version that generated the kernel
     load: float = 1.0       # reference kernel's time while this was timed / its quiet time
     flag: str | None = None  # why the timing is not trusted (re-timed on the next run), or None
+    incold_ms: float | None = None   # every argument flushed, the input too (None: as cold)
+
+    @property
+    def incold(self) -> float:
+        return self.cold_ms if self.incold_ms is None else self.incold_ms
 
     @property
     def ok(self) -> bool:
@@ -84,14 +89,15 @@ class RecordStore:
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {TABLE} (workload TEXT, candidate TEXT, version TEXT, {ctx_cols}, "
             "cold_ms REAL, warm_ms REAL, error TEXT, build_s REAL, rel_err REAL, load REAL, flag TEXT, created REAL, "
+            "incold_ms REAL, "
             "PRIMARY KEY (workload, candidate, version, target, cpu, threads, tvm))")
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {NETWORKS} (network TEXT PRIMARY KEY, model TEXT, {ctx_cols}, "
             "footprint INTEGER, e2e_ms REAL, kernel_calls INTEGER, conv_innet_ms REAL, other_innet_ms REAL, "
-            "other_cold_ms REAL, other_warm_ms REAL, content TEXT, choice TEXT, created REAL)")
+            "other_cold_ms REAL, other_warm_ms REAL, content TEXT, choice TEXT, created REAL, other_incold_ms REAL)")
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {INNET} (network TEXT, workload TEXT, candidate TEXT, family TEXT, "
-            "cold_ms REAL, warm_ms REAL, innet_ms REAL)")
+            "cold_ms REAL, warm_ms REAL, innet_ms REAL, incold_ms REAL)")
         self._db.execute(f"CREATE INDEX IF NOT EXISTS {INNET}_net ON {INNET} (network)")
         self._db.commit()
 
@@ -99,20 +105,21 @@ class RecordStore:
 
     def get(self, ctx: Context, workload: str, candidate: str, version: str = "") -> Measurement | None:
         row = self._db.execute(
-            f"SELECT cold_ms, warm_ms, error, build_s, rel_err, load, flag FROM {TABLE} WHERE workload=? AND "
+            f"SELECT cold_ms, warm_ms, error, build_s, rel_err, load, flag, incold_ms FROM {TABLE} WHERE workload=? AND "
             "candidate=? AND version=? AND target=? AND cpu=? AND threads=? AND tvm=?",
             (workload, candidate, version, ctx.target, ctx.cpu, ctx.threads, ctx.tvm)).fetchone()
         if row is None:
             return None
-        cold, warm, err, bs, rel, load, flag = row
+        cold, warm, err, bs, rel, load, flag, incold = row
         return Measurement(workload, candidate, _inf(cold), _inf(warm), err, bs or 0.0, rel, version,
-                           1.0 if load is None else load, flag)
+                           1.0 if load is None else load, flag, None if incold is None else float(incold))
 
     def put(self, ctx: Context, m: Measurement) -> None:
         self._db.execute(
-            f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT OR REPLACE INTO {TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (m.workload, m.candidate, m.version, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, _finite(m.cold_ms),
-             _finite(m.warm_ms), m.error, m.build_s, m.rel_err, m.load, m.flag, time.time()))
+             _finite(m.warm_ms), m.error, m.build_s, m.rel_err, m.load, m.flag, time.time(),
+             None if m.incold_ms is None else _finite(m.incold_ms)))
         self._db.commit()
 
     def records(self, ctx: Context | None = None, *, match: str | None = None, flagged: bool = False) -> list[dict]:
@@ -167,29 +174,31 @@ class RecordStore:
         option name of every layer: option indices differ between option lists)."""
         with self._db:
             self._db.execute(
-                f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (net.network, net.model, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, net.footprint_bytes, net.e2e_ms,
                  net.kernel_calls, net.conv_innet_ms, net.other_innet_ms, net.other_cold_ms, net.other_warm_ms,
-                 content, json.dumps([str(c) for c in choice]) if choice else "", time.time()))
+                 content, json.dumps([str(c) for c in choice]) if choice else "", time.time(),
+                 net.other_incold_ms))
             self._db.execute(f"DELETE FROM {INNET} WHERE network=?", (net.network,))
             self._db.executemany(
-                f"INSERT INTO {INNET} VALUES (?,?,?,?,?,?,?)",
-                [(k.network, k.key[0], k.key[1], k.family, _finite(k.cold_ms), _finite(k.warm_ms), k.innet_ms)
-                 for k in kernels])
+                f"INSERT INTO {INNET} VALUES (?,?,?,?,?,?,?,?)",
+                [(k.network, k.key[0], k.key[1], k.family, _finite(k.cold_ms), _finite(k.warm_ms), k.innet_ms,
+                  None if k.incold_ms is None else _finite(k.incold_ms)) for k in kernels])
 
     def networks(self, ctx: Context, limit: int = KEEP_NETWORKS) -> tuple[list[NetworkObservation], list[KernelObservation]]:
         """The newest ``limit`` built networks of this context and their kernels."""
         rows = self._db.execute(
             f"SELECT network, model, footprint, e2e_ms, kernel_calls, conv_innet_ms, other_innet_ms, other_cold_ms, "
-            f"other_warm_ms FROM {NETWORKS} WHERE target=? AND cpu=? AND threads=? AND tvm=? "
+            f"other_warm_ms, other_incold_ms FROM {NETWORKS} WHERE target=? AND cpu=? AND threads=? AND tvm=? "
             "ORDER BY created DESC LIMIT ?", (ctx.target, ctx.cpu, ctx.threads, ctx.tvm, limit)).fetchall()
         nets = [NetworkObservation(*r) for r in rows]
         kernels = []
         for n in nets:
-            for wl, cand, fam, cold, warm, t in self._db.execute(
-                    f"SELECT workload, candidate, family, cold_ms, warm_ms, innet_ms FROM {INNET} WHERE network=?",
-                    (n.network,)):
-                kernels.append(KernelObservation(n.network, (wl, cand), fam, _inf(cold), _inf(warm), t))
+            for wl, cand, fam, cold, warm, t, incold in self._db.execute(
+                    f"SELECT workload, candidate, family, cold_ms, warm_ms, innet_ms, incold_ms FROM {INNET} "
+                    "WHERE network=? ORDER BY rowid", (n.network,)):
+                kernels.append(KernelObservation(n.network, (wl, cand), fam, _inf(cold), _inf(warm), t,
+                                                 None if incold is None else _inf(incold)))
         return nets, kernels
 
     def assignments(self, ctx: Context, content: str) -> list[tuple[str, ...]]:

@@ -55,7 +55,9 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
                 cands.append({"key": opt.name, "family": obj.family, "precision": opt.precision,
                               "in_layout": obj.in_layout,
                               "out_layout": obj.out_layout, "cold_ms": _r(m.cold_ms) if m else None,
-                              "warm_ms": _r(m.warm_ms) if m else None, "error": m.error if m else "not measured",
+                              "warm_ms": _r(m.warm_ms) if m else None,
+                              "incold_ms": _r(m.incold_ms) if m and m.incold_ms is not None else None,
+                              "error": m.error if m else "not measured",
                               "rel_err": m.rel_err if m else None, "flag": flagged.get(tuple(opt.kernel))})
             row["candidates"] = cands
             fam_best = {}

@@ -227,11 +227,13 @@ def pct(v) -> str:
 def calibration_text(r: dict) -> str:
     c = r.get("calibration") or {}
     if not c.get("networks"):
-        return "none yet: isolated timings as measured"
+        return ("none yet: isolated cold timings as measured, "
+                f"{unit(c.get('launch_ms'), 'ms', 4)} per kernel call (the machine's launch probe)")
     fam = ", ".join(f"{k} ×{v:.2f}" for k, v in (c.get("family_scale") or {}).items()) or DASH
     return (f"from {c.get('networks')} built network(s) and {c.get('kernels')} kernel times; warm share at best "
-            f"{fmt(c.get('warm_max'), 2)}, cache capacity ×{fmt(c.get('capacity'), 2)} the budget, "
-            f"{unit(c.get('launch_ms'), 'ms', 4)} per kernel call, family scales {fam}, "
+            f"{fmt(c.get('warm_max'), 2)}, cache capacity ×{fmt(c.get('capacity'), 2)} the budget, input miss "
+            f"{fmt(c.get('input_miss'), 2)} of the in-cold penalty, {unit(c.get('launch_ms'), 'ms', 4)} per kernel "
+            f"call, machine scale ×{fmt(c.get('scale'), 2)}, family scales {fam}, "
             f"other kernels ×{fmt(c.get('other_scale'), 2)}")
 
 

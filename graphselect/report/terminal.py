@@ -122,8 +122,10 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
     greedy = (report.get("greedy") or {}).get("predicted_ms")
     cal = report.get("calibration") or {}
     calib = (f"{cal.get('networks')} network(s), warm share at best {_s(cal.get('warm_max'))}, capacity "
-             f"x{_s(cal.get('capacity'))}, {_ms(cal.get('launch_ms'), 4)} per kernel call"
-             if cal.get("networks") else "none (isolated timings)")
+             f"x{_s(cal.get('capacity'))}, input miss {_s(cal.get('input_miss'))}, scale x{_s(cal.get('scale'))}, "
+             f"{_ms(cal.get('launch_ms'), 4)} per kernel call"
+             if cal.get("networks") else f"none (isolated cold timings, {_ms(cal.get('launch_ms'), 4)} per kernel call "
+                                         "from the launch probe)")
     pr = report.get("prediction") or {}
     if _num(pr.get("predicted_ms")):
         before = (f"{_ms(pr.get('predicted_ms'))} before it was built (round {_s(pr.get('round'))}, "

@@ -39,7 +39,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                runner=runner(s, probe), cc=s.cc, clock=clock, progress=lambda d, n, m: s.progress("measure", d, n, m))
     if probe is not None:
         keep_quiet(s, store, probe)
-    timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err) for k, m in meas.items()}
+    timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err, m.incold_ms) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
                     {k: round(v, 2) for k, v in clock.items()})

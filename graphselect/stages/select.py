@@ -129,7 +129,9 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     isolated = problem(imported, measured, m)
     greedy = _greedy(isolated, s)
     nets, kobs = store.networks(s.ctx) if s.max_rounds else ([], [])
-    cal = _fit(nets, kobs, measured, m) if nets else Calibration()
+    # without the loop (an RPC device, or no timing) the isolated timings decide as measured, with
+    # the residency budget the user or the cache probe gave
+    cal = _fit(nets, kobs, measured, m) if s.max_rounds else Calibration()
     known = _indices(measured.plan, store.assignments(s.ctx, imported.content_key)) if s.max_rounds else []
     timed_before = set(map(tuple, known))
     model_seen = any(n.model == imported.model_key for n in nets)
@@ -366,6 +368,7 @@ def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True):
 
 def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing, s: Settings):
     """What one timed network tells the calibration: the network and its conv kernels."""
+    from dataclasses import replace
     from costmodels.calibration import KernelObservation, NetworkObservation
     from costmodels.table import other_costs
     plan = measured.plan
@@ -377,21 +380,27 @@ def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing,
             continue
         opt = plan.table(name).options[b.choice[plan.index[name]]]
         t = measured.timings[opt.kernel]
-        kernels.append(KernelObservation("", tuple(opt.kernel), opt.family, t.cold_ms, t.warm_ms, call.ms))
+        kernels.append(KernelObservation("", tuple(opt.kernel), opt.family, t.cold_ms, t.warm_ms, call.ms,
+                                         t.incold_ms))
         conv_ms += call.ms
-    other_cold, other_warm = other_costs(plan.layers, plan.edges, measured.timings, b.choice)
+    other_cold, other_warm, other_incold = other_costs(plan.layers, plan.edges, measured.timings, b.choice)
     net_id = f"{imported.model_key}:{abs(hash(b.choice)) % 10**12}:{time.time_ns()}"
     net = NetworkObservation(net_id, imported.model_key, isolated.footprint(b.choice), timing.e2e_ms,
-                             len(timing.calls), conv_ms, timing.kernel_ms - conv_ms, other_cold, other_warm)
-    return net, [KernelObservation(net_id, k.key, k.family, k.cold_ms, k.warm_ms, k.innet_ms) for k in kernels]
+                             len(timing.calls), conv_ms, timing.kernel_ms - conv_ms, other_cold, other_warm,
+                             other_incold)
+    return net, [replace(k, network=net_id) for k in kernels]
 
 
 def _fit(nets, kobs, measured: Measured, m: Machine):
-    """Fit on every observation, with today's isolated timings where the record is in this run."""
+    """Fit on every observation, with today's isolated timings where the record is in this run;
+    with none, the prior (isolated cold timings, the machine's probed launch cost)."""
     from dataclasses import replace
-    from costmodels.calibration import fit
+    from costmodels.calibration import fit, prior
+    if not nets:
+        return prior(m.launch_ms)
     fresh = []
     for k in kobs:
         t = measured.timings.get(tuple(k.key))
-        fresh.append(replace(k, cold_ms=t.cold_ms, warm_ms=t.warm_ms) if t is not None else k)
-    return fit(fresh, nets, budget=m.budget, steps=m.steps)
+        fresh.append(replace(k, cold_ms=t.cold_ms, warm_ms=t.warm_ms, incold_ms=t.incold_ms) if t is not None else k)
+    cal = fit(fresh, nets, budget=m.budget, steps=m.steps)
+    return cal if cal.networks else prior(m.launch_ms)

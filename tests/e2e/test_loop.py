@@ -67,7 +67,10 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     final = sel.by_label(sel.label)
     assert not _winograd_layers(final, lg), "the calibrated objective should drop Winograd"
     assert sel.converged and len(sel.rounds) >= 2
-    assert sel.calibration.family_scale["winograd"] > 5
+    # the model's own Winograd kernels priced its other Winograd candidates; machine-wide the
+    # family's scale is shrunk (a few tens of microseconds in one small model say little of another)
+    assert sel.calibration.model_family_scale[(imported.model_key, "winograd")] > 5
+    assert sel.calibration.family_scale["winograd"] < sel.calibration.model_family_scale[(imported.model_key, "winograd")]
     # the returned assignment is one that was built and timed in place, and its prediction is
     # the calibrated sum the fake network produced
     assert final.choice == tuple(sel.solution.choice)

@@ -47,3 +47,20 @@ def test_peak_of_this_machine_is_plausible():
     g = peak.measure_peak_gflops(parse_target("llvm", threads=1).tvm_target(), 1, repeats=3)
     # one core issues at least one 4-lane FMA per ns at any clock we run on, and not 64x that
     assert 8 < g < 8 * 64
+
+
+def test_launch_probe_is_plausible_and_stored_once(tmp_path):
+    from costmodels.hardware import launch_cost
+    ms = peak.measure_launch_ms(parse_target("llvm", threads=2).tvm_target(), 2, calls=16, repeats=40)
+    assert 1e-5 < ms < 1.0            # between 10 ns and 1 ms per call
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return 0.0031234
+
+    store = tmp_path / "hardware.json"
+    assert launch_cost(store, threads=2, cpu="cpuA", isa="x", measure=measure) == 0.00312
+    assert launch_cost(store, threads=2, cpu="cpuA", isa="x", measure=measure) == 0.00312
+    launch_cost(store, threads=1, cpu="cpuA", isa="x", measure=measure)
+    assert len(calls) == 2

@@ -47,3 +47,64 @@ def test_the_quiet_time_kept_can_rise_again(tmp_path):
     assert p.stored_ms == pytest.approx(0.13)
     assert load_probe(SimpleNamespace(ctx=CTX, remote=True), store) is None   # a device: no probe here
     store.close()
+
+
+class ScriptedProbe(LoadProbe):
+    """A LoadProbe whose reference readings follow a script (no kernel)."""
+
+    def __init__(self, script, start=()):
+        self.stored_ms = math.inf
+        self.readings = list(start)
+        self._script = iter(script)
+
+    def time(self):
+        ms = next(self._script)
+        self.readings.append(ms)
+        return ms
+
+
+def test_samples_are_kept_against_the_quiet_time_at_the_end_of_their_batch(monkeypatch):
+    """The quiet time falls during a batch: samples taken at 1.05x the early floor, 1.3x the late
+    one, are taken again, so the record's reference reading is within tolerance of the floor the
+    run ends with (and the next run does not call it stale)."""
+    from graphselect.measure import local
+    from graphselect.measure.jobs import TimingConfig
+    monkeypatch.setattr(local, "sample", lambda kernels, dev, timing: (1.0, 1.0, 1.0))
+    # ten readings at 1.0 before the batch; the first three samples at 1.05, then the machine is quieter
+    probe = ScriptedProbe([1.05] * 3 + [0.8] * 60, start=[1.0] * 10)
+    ready = [(SimpleNamespace(job=SimpleNamespace(workload="w", candidate=f"c{i}", version="v")), [], 0.0, None)
+             for i in range(6)]
+    out = local._time_batch(ready, None, TimingConfig(rounds=3), probe)
+    assert probe.quiet_ms == pytest.approx(0.8)
+    for _a, m in out:
+        assert m.flag is None and m.load == pytest.approx(0.8)
+        assert not local.stale(m, probe.quiet_ms)
+
+
+def test_a_run_retimes_what_its_final_quiet_time_calls_stale(tmp_path):
+    """A record taken early in a run at 1.2x the quiet time the run ends with is taken again
+    before the run ends (one more time, not in a loop)."""
+    from graphselect.measure.jobs import Job
+    from graphselect.measure.run import measure
+    from graphselect.measure.store import Measurement
+
+    class Runner:
+        files = remote = False
+
+        def __init__(self):
+            self.probe = SimpleNamespace(quiet_ms=1.0)
+            self.calls = []
+
+        def run(self, artifacts, timing):
+            for a in artifacts:
+                self.calls.append(a.job.candidate)
+                load = 1.2 if a.job.candidate == "early" and self.calls.count("early") == 1 else 1.0
+                yield a, Measurement(a.job.workload, a.job.candidate, 1.0, 1.0, version=a.job.version, load=load)
+
+    store = RecordStore(tmp_path / "r.sqlite")
+    jobs = [Job("w", c, lambda: [], version="v") for c in ("early", "quiet")]
+    runner = Runner()
+    out = measure(jobs, target=tvm.target.Target("llvm"), ctx=CTX, store=store, runner=runner, workers=1)
+    assert sorted(runner.calls) == ["early", "early", "quiet"]
+    assert out[("w", "early")].load == 1.0 and store.get(CTX, "w", "early", "v").load == 1.0
+    store.close()
