@@ -83,7 +83,7 @@ def main():
     from results_io import save
     from graphselect.measure.e2e import compare, median, vm_runner
     from graphselect.stages import build, settings
-    from graphselect.target import cpu_model
+    from results_io import cpu_line
 
     for name in a.models:
         t0 = time.perf_counter()
@@ -122,7 +122,7 @@ def main():
             row["ratio"] = float(np.median(per))
             row["ratio_q1"], row["ratio_q3"] = (float(q) for q in np.percentile(per, [25, 75]))
             row["beats"] = row["ratio"] < BEATS and row["ratio_q3"] < 1.0
-        data = {"model": label, "cpu": cpu_model(), "threads": a.threads, "k": a.k, "seed": a.seed,
+        data = {"model": label, "cpu": cpu_line(), "threads": a.threads, "k": a.k, "seed": a.seed,
                 "returned_label": res.report["chosen_by"] if "chosen_by" in res.report else None,
                 "returned_predicted_ms": base_cost, "returned_measured_ms": r.median("returned"),
                 "rounds": len(r.ms["returned"]), "single_changes": n_changes, "optimize_s": round(t_opt, 1),

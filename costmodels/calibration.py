@@ -36,7 +36,7 @@ numpy: no TVM.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -102,6 +102,24 @@ def _blend(cold: float, warm: float, share: float) -> float:
     return cold + share * (warm - cold)
 
 
+FLOOR_KEEP = 0.1     # a timing keeps at least this share of itself when its floor is taken off
+
+
+def _unfloor(cold: float, warm: float, incold: float | None,
+             floor: tuple[float, float, float]) -> tuple[float, float, float | None]:
+    """Isolated (cold, warm, in-cold) less what the timing protocol reads for a kernel that does
+    nothing (``floor``, per protocol, probed per machine by
+    ``graphselect.measure.peak.measure_floor_ms``: the packed call and the thread pool's fork
+    and join, 1.5 us on a Zen 5 VM). In a network that cost is the VM's per-call ``launch``,
+    counted once: left in the isolated timings it was counted twice, which priced models of
+    microsecond kernels at up to 1.9x their time. Each keeps at least ``FLOOR_KEEP`` of itself;
+    the in-cold never drops below the cold."""
+    fc, fw, fi = floor
+    c = max(cold - fc, FLOOR_KEEP * cold)
+    w = max(warm - fw, FLOOR_KEEP * warm)
+    return c, w, None if incold is None or not math.isfinite(incold) else max(incold - fi, FLOOR_KEEP * incold, c)
+
+
 def _miss(cold: float, incold: float | None) -> float:
     """What reading the input from memory adds (>= 0; 0 when not measured)."""
     return 0.0 if incold is None or not math.isfinite(incold) else max(0.0, incold - cold)
@@ -114,6 +132,8 @@ class Calibration:
     capacity: float = 1.0                     # k
     launch_ms: float = 0.0
     input_miss: float = 0.0                   # b
+    # what the isolated protocol reads for an empty kernel (cold, warm, in-cold ms): probed, not fitted
+    floor: tuple[float, float, float] = (0.0, 0.0, 0.0)
     scale: float = 1.0                        # the machine's: every family's kernels together
     family_scale: Mapping[str, float] = field(default_factory=dict)
     kernel_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)
@@ -146,6 +166,7 @@ class Calibration:
         """Calibrated (cold, warm) of one conv option: blending them by the Problem's share gives
         ``scale * (blend(cold, warm, warm_max * share) + input_miss * (incold - cold)) + calls * launch``."""
         sc = self.scale_of(key, family, model)
+        cold_ms, warm_ms, incold_ms = _unfloor(cold_ms, warm_ms, incold_ms, self.floor)
         miss = self.input_miss * _miss(cold_ms, incold_ms)
         warm_eff = _blend(cold_ms, warm_ms, self.warm_max)
         lc = calls * self.launch(model)
@@ -154,6 +175,7 @@ class Calibration:
     def other(self, model: str, cold_ms: float, warm_ms: float, incold_ms: float | None = None) -> tuple[float, float]:
         """Calibrated (cold, warm) of a non-conv cost (op node or layout transform)."""
         sc = self.model_other_scale.get(model, self.other_scale)
+        cold_ms, warm_ms, incold_ms = _unfloor(cold_ms, warm_ms, incold_ms, self.floor)
         miss = self.input_miss * _miss(cold_ms, incold_ms)
         return sc * (cold_ms + miss), sc * (_blend(cold_ms, warm_ms, self.warm_max) + miss)
 
@@ -164,22 +186,28 @@ class Calibration:
         k = self.capacity
         return int(budget * k), tuple((int(cap * k), share) for cap, share in steps)
 
+    def share(self, footprint: float, budget: int | None, steps: Sequence[tuple[int, float]]) -> float:
+        """The Problem's warm share for a network of ``footprint`` bytes (``budget``/``steps``:
+        the uncalibrated residency curve): the warm end of :meth:`kernel` counts this much."""
+        return _steps_share(footprint, *self.budget(budget, steps))
+
     def as_dict(self) -> dict:
         return {"warm_max": self.warm_max, "capacity": self.capacity, "launch_ms": self.launch_ms,
-                "input_miss": self.input_miss, "scale": round(self.scale, 4), "model_launch_ms": dict(self.model_launch),
+                "input_miss": self.input_miss, "floor_ms": list(self.floor), "scale": round(self.scale, 4), "model_launch_ms": dict(self.model_launch),
                 "family_scale": dict(self.family_scale), "other_scale": self.other_scale,
                 "model_other_scale": dict(self.model_other_scale), "kernel_scales": len(self.kernel_scale),
                 "networks": self.networks, "kernels": self.kernels, "loss": self.loss}
 
 
-def prior(launch_ms: float = 0.0) -> Calibration:
+def prior(launch_ms: float = 0.0, floor: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> Calibration:
     """What a machine none of whose networks has been timed is priced by: isolated cold timings,
     no input miss, scale 1, and ``launch_ms`` per kernel call (the machine's launch probe). Not the
     identity: a kernel's isolated warm time (repeated calls, its data in L1/L2) was not reached in
     place on any machine measured, not even where the weights fitted the cache (an Intel Xeon
     with 480 MiB of L3 ran ResNet-18's kernels at their cold times; Zen 5 and Zen 3 VMs ran
-    MobileNetV2's between cold and in-cold), so warm counts only once networks show it."""
-    return Calibration(warm_max=0.0, launch_ms=launch_ms)
+    MobileNetV2's between cold and in-cold), so warm counts only once networks show it. ``floor``:
+    the timing protocol's reading of an empty kernel, taken off every isolated timing (:func:`_unfloor`)."""
+    return Calibration(warm_max=0.0, launch_ms=launch_ms, floor=tuple(floor))
 
 
 def _median(xs) -> float:
@@ -187,13 +215,15 @@ def _median(xs) -> float:
 
 
 def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservation], *,
-        budget: int | None, steps: Sequence[tuple[int, float]] = ()) -> Calibration:
+        budget: int | None, steps: Sequence[tuple[int, float]] = (),
+        floor: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> Calibration:
     """Fit :class:`Calibration` to in-network observations, ``networks`` newest first
     (``budget``/``steps``: the uncalibrated residency curve, ``Problem.cache_bytes``/
     ``Problem.partial``). The residency (``m``, ``k``), the input miss (``b``), the machine's scale
     and the family scales come from every observation; a kernel's own scale, and a model's launch
     cost and other-kernel scale, from its newest ``RECENT`` observations (the machine's state
-    drifts between runs).
+    drifts between runs). ``floor``: the timing protocol's reading of an empty kernel (cold, warm,
+    in-cold), taken off every isolated timing first (:func:`_unfloor`; probed, not fitted).
 
     Examples
     --------
@@ -210,7 +240,10 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
            and math.isfinite(o.warm_ms) and o.cold_ms > 0]
     obs.sort(key=lambda o: rank[o.network])
     if not nets or not obs:
-        return prior()
+        return prior(floor=floor)
+    floor = tuple(floor)
+    obs = [replace(o, cold_ms=c, warm_ms=w, incold_ms=ic) for o in obs
+           for c, w, ic in [_unfloor(o.cold_ms, o.warm_ms, o.incold_ms, floor)]]
     # the runtime's own time per kernel call: what the network takes beyond its kernels
     per_call = {n.network: max(0.0, (n.e2e_ms - n.conv_innet_ms - n.other_innet_ms) / n.kernel_calls)
                 for n in nets.values()}
@@ -280,15 +313,18 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
         convs[o.network] = convs.get(o.network, 0) + 1
     per_model: dict = {}
     for n in nets.values():                                   # newest first
-        pred = _blend(n.other_cold_ms, n.other_warm_ms, net_share(n)) + b * _miss(n.other_cold_ms, n.other_incold)
+        # the other kernels' isolated timings lose the floor once per call (their count in the
+        # network stands for the count of their isolated snippets)
+        others = max(0, n.kernel_calls - convs.get(n.network, 0))
+        oc, ow, oic = _unfloor(n.other_cold_ms, n.other_warm_ms, n.other_incold, tuple(others * f for f in floor))
+        pred = _blend(oc, ow, net_share(n)) + b * _miss(oc, oic)
         if pred > 0:
-            others = max(0, n.kernel_calls - convs.get(n.network, 0))
             per_model.setdefault(n.model, []).append(
                 (n.other_innet_ms + others * model_launch[n.model]) / pred)
     model_other = {mdl: _median(v[:RECENT]) for mdl, v in per_model.items()}
     other = _median(list(model_other.values())) if model_other else 1.0
     return Calibration(warm_max=float(m), capacity=float(k), launch_ms=float(launch), input_miss=float(b),
-                       scale=float(np.exp(glob)), family_scale=family_scale,
+                       floor=floor, scale=float(np.exp(glob)), family_scale=family_scale,
                        kernel_scale=kernel_scale, other_scale=float(other), model_other_scale=model_other,
                        model_family_scale=model_family,
                        model_launch=model_launch, networks=len(nets), kernels=len(obs), loss=float(loss))

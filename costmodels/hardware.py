@@ -186,6 +186,17 @@ def launch_cost(store: str | Path, *, threads: int, cpu: str, isa: str, measure)
     return float(_stored(store, f"{cpu}|{threads}|launch|{isa}", lambda: {"ms": round(measure(), 5)})["ms"])
 
 
+def timing_floor(store: str | Path, *, threads: int, cpu: str, isa: str, measure) -> tuple[float, float, float]:
+    """The stored (cold, warm, in-cold) ms the isolated timing protocol reads for a kernel that
+    does nothing, for (cpu, threads, isa) from the JSON file ``store``, ``measure()``
+    (graphselect.measure.peak.measure_floor_ms) the first time."""
+    def probe():
+        c, w, ic = measure()
+        return {"cold_ms": round(c, 6), "warm_ms": round(w, 6), "incold_ms": round(ic, 6)}
+    got = _stored(store, f"{cpu}|{threads}|floor|{isa}", probe)
+    return float(got["cold_ms"]), float(got["warm_ms"]), float(got["incold_ms"])
+
+
 # Footprints, as multiples of the residency budget, at which the partial-residency steps end.
 RESIDENCY_CAPS = (1.1, 1.25, 1.5, 2.0, 3.0, 4.0)
 

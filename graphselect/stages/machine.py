@@ -11,11 +11,13 @@ class Machine:
     steps: tuple[tuple[int, float], ...]
     hardware: dict                     # what the report shows
     launch_ms: float = 0.0             # a kernel call's runtime cost, probed (0: not probed)
+    floor: tuple[float, float, float] = (0.0, 0.0, 0.0)   # the protocol's reading of an empty kernel, ms
 
 
 def machine(s: Settings, store) -> Machine:
-    from costmodels.hardware import detect, fma_peak, launch_cost, residency, residency_budget, throughput
-    from ..measure.peak import measure_launch_ms, measure_peak_gflops
+    from costmodels.hardware import (detect, fma_peak, launch_cost, residency, residency_budget, throughput,
+                                     timing_floor)
+    from ..measure.peak import measure_floor_ms, measure_launch_ms, measure_peak_gflops
     hw = detect()
     if s.cache_budget == "auto":
         budget = residency_budget(hw)
@@ -26,20 +28,22 @@ def machine(s: Settings, store) -> Machine:
     hardware = {"l1d_bytes": hw.l1d_bytes, "l2_bytes": hw.l2_bytes, "l3_bytes": hw.l3_bytes,
                 "line_bytes": hw.line_bytes, "source": hw.source, "residency_budget_bytes": residency_budget(hw)}
     steps = ()
-    launch = 0.0
+    launch, floor = 0.0, (0.0, 0.0, 0.0)
     if store.path is not None:     # peak FLOP/s, bandwidth, residency steps: measured once per CPU and threads
         tp = throughput(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu)
         peak = fma_peak(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
                         isa=s.spec.key, measure=lambda: measure_peak_gflops(s.target, s.spec.threads))
         launch = launch_cost(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
                              isa=s.spec.key, measure=lambda: measure_launch_ms(s.target, s.spec.threads))
+        floor = timing_floor(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
+                            isa=s.spec.key, measure=lambda: measure_floor_ms(s.target, s.spec.threads))
         # peak: what the target's FMAs issue (the kernels' ceiling); blas: numpy's GEMM
         hardware.update(peak_gflops=peak, blas_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs,
-                        launch_us=round(launch * 1e3, 2))
+                        launch_us=round(launch * 1e3, 2), floor_us=[round(f * 1e3, 2) for f in floor])
         if s.cache_budget == "auto" and budget:
             res = residency(store.path.parent / "hardware.json", budget, threads=s.spec.threads, cpu=s.ctx.cpu)
             steps = tuple(res.steps)
             hardware["residency_steps"] = [list(st) for st in res.steps]
-    return Machine(budget, steps, hardware, launch)
+    return Machine(budget, steps, hardware, launch, floor)
 
 

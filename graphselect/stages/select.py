@@ -397,10 +397,10 @@ def _fit(nets, kobs, measured: Measured, m: Machine):
     from dataclasses import replace
     from costmodels.calibration import fit, prior
     if not nets:
-        return prior(m.launch_ms)
+        return prior(m.launch_ms, m.floor)
     fresh = []
     for k in kobs:
         t = measured.timings.get(tuple(k.key))
         fresh.append(replace(k, cold_ms=t.cold_ms, warm_ms=t.warm_ms, incold_ms=t.incold_ms) if t is not None else k)
-    cal = fit(fresh, nets, budget=m.budget, steps=m.steps)
-    return cal if cal.networks else prior(m.launch_ms)
+    cal = fit(fresh, nets, budget=m.budget, steps=m.steps, floor=m.floor)
+    return cal if cal.networks else prior(m.launch_ms, m.floor)

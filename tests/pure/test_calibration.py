@@ -206,3 +206,38 @@ def test_calibration_reprices_the_problem():
     assert b.cost == pytest.approx(2.0 * 0.5 + 0.01 + 3.0 * 0.1)
     assert p.nodes[2].choices[0].cost == pytest.approx(3.0 * 0.2)
     assert p.edges[1].transform[("NCHW8c", "NCHW")] == pytest.approx(3.0 * 0.07)
+
+
+def test_the_protocols_floor_is_taken_off_isolated_timings():
+    """Every isolated timing carries the protocol's floor (the packed call, the pool's fork and
+    join), which a network pays as its per-call launch: it is taken off cold, warm and in-cold
+    (each keeping at least a tenth of itself, the in-cold not below the cold) before the scale."""
+    cal = prior(0.0, (0.010, 0.002, 0.012))
+    assert cal.kernel(("w", "c"), "nchwc", 1.0, 0.5, 1.5) == pytest.approx((0.990, 0.990))
+    assert cal.kernel(("w", "c"), "nchwc", 0.011, 0.004) == pytest.approx((0.0011, 0.0011))   # a tenth kept
+    assert cal.other("m", 0.015, 0.003)[0] == pytest.approx(0.005)
+    with_miss = Calibration(warm_max=0.0, input_miss=1.0, floor=(0.010, 0.002, 0.012))
+    # in-cold 0.030 - 0.012 = 0.018 against cold 0.020 - 0.010 = 0.010: a miss of 0.008
+    assert with_miss.kernel(("w", "c"), "nchwc", 0.020, 0.008, 0.030)[0] == pytest.approx(0.018)
+    assert Calibration(floor=(0.01, 0.002, 0.01)).kernel(("w", "c"), "nchwc", 1.0, 0.5)[1] == pytest.approx(0.498)
+    assert Calibration().kernel(("w", "c"), "nchwc", 1.0, 0.5) == (1.0, 0.5)
+
+
+def test_fit_with_the_floor_recovers_the_scale_of_microsecond_kernels():
+    """Kernels of a few microseconds whose isolated timings carry a 2 us floor ran in place at
+    their timings less the floor: with the floor the fit finds scale 1 for them (an unseen one is
+    priced near what it runs at); without it, far below 1 and a family of them mispriced."""
+    rng = np.random.default_rng(3)
+    fl = 0.002
+    ks = []
+    for i in range(30):
+        cold = float(rng.uniform(0.002, 0.008))
+        warm = cold * 0.9
+        ks.append(KernelObservation("n", (f"w{i}", "direct"), "direct", cold + fl, warm + fl, cold, cold + fl))
+    net = _net("n", ks, footprint=100 * MiB)
+    with_floor = fit(ks, [net], budget=10 * MiB, floor=(fl, fl, fl))
+    without = fit(ks, [net], budget=10 * MiB)
+    assert with_floor.floor == (fl, fl, fl) and with_floor.scale == pytest.approx(1.0, rel=0.05)
+    assert without.scale < 0.8
+    c, _ = with_floor.kernel(("new", "direct"), "direct", 0.004 + fl, 0.0036 + fl, 0.004 + fl)
+    assert c == pytest.approx(0.004 + with_floor.launch_ms, rel=0.1)

@@ -1,6 +1,7 @@
 """The FMA peak probe (graphselect.measure.peak): it computes what it claims to, so its FLOP count
 is the work done, and the figure is stored per CPU, threads and ISA."""
 import numpy as np
+import pytest
 import tvm
 
 from costmodels.hardware import fma_peak
@@ -63,4 +64,24 @@ def test_launch_probe_is_plausible_and_stored_once(tmp_path):
     assert launch_cost(store, threads=2, cpu="cpuA", isa="x", measure=measure) == 0.00312
     assert launch_cost(store, threads=2, cpu="cpuA", isa="x", measure=measure) == 0.00312
     launch_cost(store, threads=1, cpu="cpuA", isa="x", measure=measure)
+    assert len(calls) == 2
+
+
+def test_floor_probe_is_plausible_and_stored_once(tmp_path):
+    """The isolated protocol's reading of a kernel that does nothing: microseconds, in-cold not
+    below warm by much; stored once per (cpu, threads, isa)."""
+    from costmodels.hardware import timing_floor
+    c, w, ic = peak.measure_floor_ms(parse_target("llvm", threads=2).tvm_target(), 2, rounds=2, pause_s=0.0)
+    for v in (c, w, ic):
+        assert 1e-5 < v < 1.0
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return 0.0012344, 0.0011, 0.0015
+
+    store = tmp_path / "hardware.json"
+    assert timing_floor(store, threads=2, cpu="cpuA", isa="x", measure=measure) == (0.001234, 0.0011, 0.0015)
+    assert timing_floor(store, threads=2, cpu="cpuA", isa="x", measure=measure) == (0.001234, 0.0011, 0.0015)
+    timing_floor(store, threads=1, cpu="cpuA", isa="x", measure=measure)
     assert len(calls) == 2
