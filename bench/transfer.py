@@ -59,6 +59,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--names", nargs="*", default=[], metavar="E2E_JSON",
+                    help="bench/e2e.py result files of runs on this store: name the models by them")
     ap.add_argument("--no-floor", action="store_true", help="keep the protocol's floor in the isolated timings")
     a = ap.parse_args()
     s = settings(threads=a.threads)
@@ -72,6 +74,7 @@ def main():
     for k in kobs:
         by_net.setdefault(k.network, []).append(k)
     models = sorted({n.model for n in nets}, key=lambda mdl: [n.model for n in nets].index(mdl))
+    names = _names(a.names)
     rows = []
     for mdl in models:
         own = [n for n in nets if n.model == mdl]
@@ -91,7 +94,7 @@ def main():
             # launches, every other kernel and the runtime) against what the network took beyond them
             conv.append(pc / max(n.conv_innet_ms, 1e-6) - 1)
             rest.append((pl + po) / max(n.e2e_ms - n.conv_innet_ms, 1e-6) - 1)
-        rows.append({"model": mdl, "networks": len(own), "e2e_ms": float(np.median([n.e2e_ms for n in own])),
+        rows.append({"model": names.get(mdl, mdl), "networks": len(own), "e2e_ms": float(np.median([n.e2e_ms for n in own])),
                      "footprint_mib": float(np.median([n.footprint_bytes for n in own])) / 2**20,
                      "lomo_error": float(np.median(errs)), "prior_error": float(np.median(perrs)),
                      "conv_error": float(np.median(conv)), "rest_error": float(np.median(rest)),
@@ -117,6 +120,21 @@ def main():
                     f"launch {m.launch_ms * 1e3:.2f} us per call. `python bench/transfer.py{' --no-floor' if a.no_floor else ''}`")
     text = "\n".join(lines) + "\n"
     save("transfer" + (f"-{a.tag}" if a.tag else ""), text, rows)
+
+
+def _names(files) -> dict:
+    """Model key -> zoo name from bench/e2e.py result files, in the order the runs optimized
+    them: the key a row's calibration holds that no earlier row's did is that row's model."""
+    import json
+    out, seen = {}, set()
+    for f in files:
+        for r in json.loads(Path(f).read_text()):
+            keys = set((r.get("calibration") or {}).get("model_launch_ms", {}))
+            new = keys - seen
+            if len(new) == 1:
+                out[new.pop()] = r["model"]
+            seen |= keys
+    return out
 
 
 if __name__ == "__main__":

@@ -155,6 +155,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     for r in range(limit):
         budget = acc.budget() if acc is not None else None
         prob = problem(imported, measured, m, cal, budget)
+        used = cal.as_dict()            # what this round solves and predicts with (refitted at its end)
         sol = solve(prob, s.solver, s.time_limit)
         if r == 0 and known:
             # an assignment timed by an earlier run and within noise of the optimum is taken instead:
@@ -187,7 +188,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         predicted.update({lb: prob.evaluate(a.choice) for lb, a in want})
         if not want:
             converged = True
-            rounds.append(Round(r, cal.as_dict(), label, predicted, {}, (), budget))
+            rounds.append(Round(r, used, label, predicted, {}, (), budget))
             break
         errors = {}
         for k, (lb, a) in enumerate(want):
@@ -199,7 +200,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                 s.progress("accuracy", k + 1, len(want), f"{lb}: max relative error {errors[lb]:.2e} against the fp32 "
                            f"reference (estimated {acc.estimated[lb]:.2e}, tolerance {s.tolerance:g})")
         if not s.max_rounds:            # no in-network timing: the isolated objective decides
-            rounds.append(Round(r, cal.as_dict(), label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))
+            rounds.append(Round(r, used, label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))
             if acc is None or acc.ok(want[0][0]):     # want[0]: the solver's own
                 break
             continue                    # auto: the solver's network missed the tolerance; solve again, tighter
@@ -220,7 +221,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             fresh_k.extend(ks)
         nets, kobs = fresh_nets + nets, fresh_k + kobs          # newest first, as the store keeps them
         cal = _fit(nets, kobs, measured, m)
-        rounds.append(Round(r, cal.as_dict(), label, predicted, {lb: t.e2e_ms for lb, t in timed.items()},
+        rounds.append(Round(r, used, label, predicted, {lb: t.e2e_ms for lb, t in timed.items()},
                             tuple(lb for lb, _ in want), budget, errors))
     if probe is not None:
         keep_quiet(s, store, probe)

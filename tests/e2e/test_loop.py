@@ -77,6 +77,9 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     assert abs(sel.problem.evaluate(final.choice) - sel.innet[final.label].e2e_ms) < 0.02
     assert r.report["max_rel_err"] <= 1e-4
     assert r.report["loop"]["rounds"][0]["networks"] and r.report["calibration"]["networks"] >= 2
+    # each round records the calibration it solved with: round 0 on a fresh store the prior (no
+    # network), round 1 what round 0's networks taught
+    assert [x.calibration["networks"] for x in sel.rounds[:2]] == [0, len(sel.rounds[0].new)]
     # every built network has the prediction made before it was built; round 0's, on a store with
     # no network of this model, saw a new model; the returned one was predicted in a later round
     assert set(sel.before) == {b.label for b in sel.built}
