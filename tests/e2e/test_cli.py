@@ -158,7 +158,12 @@ def test_records_list_retime_and_drop(tmp_path):
     assert ls.returncode == 0, ls.stderr
     n = int(ls.stderr.split(" record(s)")[0].split()[-1])
     assert n >= 20 and "conv2d n1 c16" in ls.stdout
-    assert run("records", "list", "--flagged", cwd=tmp_path).stderr.startswith("0 record(s)")
+    # --flagged lists the flagged records only: each with its flag (how many a real run flags
+    # depends on the machine's load, so only the filter is checked, not a count)
+    fl = run("records", "list", "--flagged", cwd=tmp_path)
+    k = int(fl.stderr.split(" record(s)")[0].split()[-1])
+    assert fl.returncode == 0 and k < n
+    assert len(fl.stdout.splitlines()) == k and all(line[133:].strip() for line in fl.stdout.splitlines())
     rt = run("records", "retime", "tiny", "--match", "s2x2", cwd=tmp_path)
     assert rt.returncode == 0, rt.stderr
     lines = [l for l in rt.stdout.splitlines() if "->" in l]
