@@ -10,8 +10,9 @@ the network's measured end-to-end time. The same is done with the prior (no netw
 isolated cold timings and the probed launch cost). Nothing is built or timed: this reads the store.
 
 ``--no-floor`` keeps the timing protocol's floor (what it reads for an empty kernel) in the
-isolated timings, as the model did before 2026-12-03, to compare the two on the same data. Results are printed, one line per model, and saved under
-bench/results/transfer-STAMP.{md,json} with the CPU named.
+isolated timings, as the model did before 2026-12-03, to compare the two on the same data.
+``--names`` names the models from bench/e2e.py result files. Results are printed, one line per
+model, and saved under bench/results/transfer[-TAG]-STAMP.{md,json} with the CPU named.
 """
 from __future__ import annotations
 
@@ -26,13 +27,9 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 
-def predict(cal, net, kernels, m) -> float:
-    """``net``'s end-to-end time by ``cal`` as a model new to the machine (the Problem's sum)."""
-    return sum(parts(cal, net, kernels, m))
-
-
 def parts(cal, net, kernels, m) -> tuple[float, float, float]:
-    """(conv kernels, their launches, everything else) of :func:`predict`."""
+    """``net``'s end-to-end time by ``cal`` as a model new to the machine (the Problem's sum), as
+    (conv kernels, their launches, everything else)."""
     from dataclasses import replace
 
     from costmodels.calibration import _blend, _unfloor
@@ -44,8 +41,7 @@ def parts(cal, net, kernels, m) -> tuple[float, float, float]:
     launches = len(kernels) * cal.launch("")
     # the others' isolated timings are a sum over snippets: each loses the floor once
     others = max(0, net.kernel_calls - len(kernels))
-    c, w, ic = _unfloor(net.other_cold_ms, net.other_warm_ms, net.other_incold_ms,
-                        tuple(others * f for f in cal.floor))
+    c, w, ic = _unfloor(net.other_cold_ms, net.other_warm_ms, net.other_incold_ms, cal.floor, others)
     oc, ow = replace(cal, floor=(0.0, 0.0, 0.0)).other("", c, w, ic)
     return total - launches, launches, _blend(oc, ow, share)
 
@@ -73,23 +69,23 @@ def main():
     by_net: dict = {}
     for k in kobs:
         by_net.setdefault(k.network, []).append(k)
-    models = sorted({n.model for n in nets}, key=lambda mdl: [n.model for n in nets].index(mdl))
+    models = list(dict.fromkeys(n.model for n in nets))             # newest first
     names = _names(a.names)
+    pri = prior(m.launch_ms, floor)
     rows = []
     for mdl in models:
         own = [n for n in nets if n.model == mdl]
         others = [n for n in nets if n.model != mdl]
-        other_k = [k for k in kobs if k.network in {n.network for n in others}]
-        cal = fit(other_k, others, budget=m.budget, steps=m.steps, floor=floor) if others else prior(m.launch_ms, floor)
+        other_k = [k for n in others for k in by_net.get(n.network, [])]
+        cal = fit(other_k, others, budget=m.budget, steps=m.steps, floor=floor)
         if not cal.networks:
-            cal = prior(m.launch_ms, floor)
-        pri = prior(m.launch_ms, floor)
+            cal = pri
         errs, perrs, conv, rest = [], [], [], []
         for n in own:
             ks = by_net.get(n.network, [])
-            errs.append(predict(cal, n, ks, m) / n.e2e_ms - 1)
-            perrs.append(predict(pri, n, ks, m) / n.e2e_ms - 1)
             pc, pl, po = parts(cal, n, ks, m)
+            errs.append((pc + pl + po) / n.e2e_ms - 1)
+            perrs.append(sum(parts(pri, n, ks, m)) / n.e2e_ms - 1)
             # where the error is: the conv kernels against their time in place, the rest (their
             # launches, every other kernel and the runtime) against what the network took beyond them
             conv.append(pc / max(n.conv_innet_ms, 1e-6) - 1)
@@ -102,7 +98,10 @@ def main():
                      "calls": int(np.median([n.kernel_calls for n in own])),
                      "fit_networks": cal.networks})
     cpu = cpu_line()
-    lines = [f"CPU: {cpu}", "", "Leave one model out: each model's networks priced by a calibration fitted on the "
+    lines = [f"CPU: {cpu}",
+             f"Floor taken off the isolated timings (cold, warm, in-cold): {[round(f * 1e3, 2) for f in floor]} us; "
+             f"launch {m.launch_ms * 1e3:.2f} us per call. `python bench/transfer.py{' --no-floor' if a.no_floor else ''}`",
+             "", "Leave one model out: each model's networks priced by a calibration fitted on the "
              "other models' networks only (a prediction: none of the model's own timings in it), and by the prior.",
              "", "| model | networks | e2e ms (median) | kernel calls | footprint MiB | error, calibrated on the others "
              "| of which: conv kernels (their share of e2e) | the rest | error, prior |",
@@ -116,8 +115,6 @@ def main():
     lines += ["", f"{len(rows)} models: calibrated on the others median {100 * np.median(e):.1f}%, max "
                   f"{100 * max(e):.1f}%, {sum(x <= 0.10 for x in e)} within 10%; prior median {100 * np.median(p):.1f}%, "
                   f"max {100 * max(p):.1f}%."]
-    lines.insert(1, f"Floor taken off the isolated timings (cold, warm, in-cold): {[round(f * 1e3, 2) for f in floor]} us; "
-                    f"launch {m.launch_ms * 1e3:.2f} us per call. `python bench/transfer.py{' --no-floor' if a.no_floor else ''}`")
     text = "\n".join(lines) + "\n"
     save("transfer" + (f"-{a.tag}" if a.tag else ""), text, rows)
 

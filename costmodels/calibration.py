@@ -105,16 +105,17 @@ def _blend(cold: float, warm: float, share: float) -> float:
 FLOOR_KEEP = 0.1     # a timing keeps at least this share of itself when its floor is taken off
 
 
-def _unfloor(cold: float, warm: float, incold: float | None,
-             floor: tuple[float, float, float]) -> tuple[float, float, float | None]:
+def _unfloor(cold: float, warm: float, incold: float | None, floor: tuple[float, float, float],
+             calls: int = 1) -> tuple[float, float, float | None]:
     """Isolated (cold, warm, in-cold) less what the timing protocol reads for a kernel that does
     nothing (``floor``, per protocol, probed per machine by
     ``graphselect.measure.peak.measure_floor_ms``: the packed call and the thread pool's fork
     and join, 1.5 us on a Zen 5 VM). In a network that cost is the VM's per-call ``launch``,
     counted once: left in the isolated timings it was counted twice, which priced models of
-    microsecond kernels at up to 1.9x their time. Each keeps at least ``FLOOR_KEEP`` of itself;
+    microsecond kernels at up to 1.9x their time. ``calls``: how many isolated timings a sum of
+    them adds up (each carries the floor once). Each keeps at least ``FLOOR_KEEP`` of itself;
     the in-cold never drops below the cold."""
-    fc, fw, fi = floor
+    fc, fw, fi = (calls * f for f in floor)
     c = max(cold - fc, FLOOR_KEEP * cold)
     w = max(warm - fw, FLOOR_KEEP * warm)
     return c, w, None if incold is None or not math.isfinite(incold) else max(incold - fi, FLOOR_KEEP * incold, c)
@@ -316,7 +317,7 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
         # the other kernels' isolated timings lose the floor once per call (their count in the
         # network stands for the count of their isolated snippets)
         others = max(0, n.kernel_calls - convs.get(n.network, 0))
-        oc, ow, oic = _unfloor(n.other_cold_ms, n.other_warm_ms, n.other_incold, tuple(others * f for f in floor))
+        oc, ow, oic = _unfloor(n.other_cold_ms, n.other_warm_ms, n.other_incold, floor, others)
         pred = _blend(oc, ow, net_share(n)) + b * _miss(oc, oic)
         if pred > 0:
             per_model.setdefault(n.model, []).append(
