@@ -50,8 +50,10 @@ class Caller:
     through the view 1.5 us.) Like the VM, not for concurrent calls from several threads."""
 
     def __init__(self, vm):
+        from .measure.affinity import CallPin
         self.f = vm["main"]
         self.staged: dict = {}
+        self.pin = CallPin()
 
     def _stage(self, a: np.ndarray):
         import tvm
@@ -74,7 +76,7 @@ class Caller:
                 used.add(id(t))
                 np.copyto(view, a)
             args.append(t)
-        return _copied(self.f(*args))
+        return _copied(self.pin(self.f, *args))
 
 
 def _copied(ret) -> list[np.ndarray]:

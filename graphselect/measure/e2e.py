@@ -30,16 +30,18 @@ def time_calls(fn: Callable[[], object], runs: int, warmup: int = 2, warmup_s: f
     """Per-call ms of ``runs`` calls after ``warmup`` calls, and more warm-up calls (up to 200)
     until ``warmup_s`` has passed: after a pause the caches and the workers of a 30 us network
     need more than one call to come back."""
-    t0 = time.perf_counter()
-    n = 0
-    while n < warmup or (time.perf_counter() - t0 < warmup_s and n < 200):
-        fn()
-        n += 1
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t) * 1e3)
+    from .affinity import pinned
+    with pinned():        # the calling thread off the pool workers' cores (measure.affinity)
+        t0 = time.perf_counter()
+        n = 0
+        while n < warmup or (time.perf_counter() - t0 < warmup_s and n < 200):
+            fn()
+            n += 1
+        ts = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t) * 1e3)
     return ts
 
 
@@ -96,27 +98,29 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
     out: dict[str, list[list[float]]] = {k: [] for k in fns}
     names = list(fns)
     runtime = {k: getattr(f, "runtime", k) for k, f in fns.items()}
-    last = None
-    timed = 0.0
-    r = -1
-    while True:
-        r += 1
-        if r >= rounds and (r >= max(rounds, max_rounds) or timed >= seconds):
-            break
-        if quiet is not None:
-            while not quiet() and waits > 0:
-                waits -= 1
-                time.sleep(0.5)
-            last = "tvm"          # the probe is a TVM kernel: its workers spin like a network's
-        for k in (names if r % 2 == 0 else names[::-1]):
-            if runtime[k] != last:
-                time.sleep(pause)
-            last = runtime[k]
-            t0 = time.perf_counter()
-            block_timer = getattr(fns[k], "time_block", None)
-            out[k].append(block_timer(per, warmup=1, warmup_s=warmup_s) if block_timer is not None
-                          else time_calls(fns[k], per, warmup=1, warmup_s=warmup_s))
-            timed += time.perf_counter() - t0
+    from .affinity import pinned
+    with pinned():        # the calling thread off the pool workers' cores (measure.affinity)
+        last = None
+        timed = 0.0
+        r = -1
+        while True:
+            r += 1
+            if r >= rounds and (r >= max(rounds, max_rounds) or timed >= seconds):
+                break
+            if quiet is not None:
+                while not quiet() and waits > 0:
+                    waits -= 1
+                    time.sleep(0.5)
+                last = "tvm"          # the probe is a TVM kernel: its workers spin like a network's
+            for k in (names if r % 2 == 0 else names[::-1]):
+                if runtime[k] != last:
+                    time.sleep(pause)
+                last = runtime[k]
+                t0 = time.perf_counter()
+                block_timer = getattr(fns[k], "time_block", None)
+                out[k].append(block_timer(per, warmup=1, warmup_s=warmup_s) if block_timer is not None
+                              else time_calls(fns[k], per, warmup=1, warmup_s=warmup_s))
+                timed += time.perf_counter() - t0
     return Rounds(out)
 
 

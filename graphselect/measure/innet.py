@@ -82,6 +82,7 @@ def time_networks(executables: dict, x, *, rounds: int = 8, block: int = 5,
     the round waits (half a second at a time, at most ``waits`` times in all)."""
     import tvm
     from tvm import relax
+    from .affinity import pinned
     dev = tvm.cpu()
     xt = device_args(x, dev)
     plain, hooked, recs = {}, {}, {}
@@ -96,44 +97,45 @@ def time_networks(executables: dict, x, *, rounds: int = 8, block: int = 5,
     per_round: dict[str, list[list[list[float]]]] = {n: [] for n in executables}   # round -> call -> positions
     names = list(executables)
     loaded: list[bool] = []              # per round: began while the probe said loaded
-    t_start = time.perf_counter()
-    r = -1
-    while True:
-        r += 1
-        if r >= max(rounds, 1) and (r >= max_rounds or time.perf_counter() - t_start >= seconds):
-            break
-        state = None
-        if quiet is not None:      # asked every round, waits used up or not: a loaded round is known
-            state = quiet()
-            while not state and waits > 0:
-                waits -= 1
-                time.sleep(0.5)
+    with pinned():        # the calling thread off the pool workers' cores (measure.affinity)
+        t_start = time.perf_counter()
+        r = -1
+        while True:
+            r += 1
+            if r >= max(rounds, 1) and (r >= max_rounds or time.perf_counter() - t_start >= seconds):
+                break
+            state = None
+            if quiet is not None:      # asked every round, waits used up or not: a loaded round is known
                 state = quiet()
-        loaded.append(state is False)
-        for n in (names if r % 2 == 0 else names[::-1]):
-            f = plain[n]
-            f(*xt)
-            ts = []
-            for _ in range(block):
-                t = time.perf_counter()
+                while not state and waits > 0:
+                    waits -= 1
+                    time.sleep(0.5)
+                    state = quiet()
+            loaded.append(state is False)
+            for n in (names if r % 2 == 0 else names[::-1]):
+                f = plain[n]
                 f(*xt)
-                ts.append((time.perf_counter() - t) * 1e3)
-            e2e[n].append(float(np.median(ts)))
-            g, rec = hooked[n], recs[n]
-            rec.start()
-            g(*xt)                                     # warm-up, discarded
-            rec.calls.clear()
-            ts = []
-            for _ in range(block):
+                ts = []
+                for _ in range(block):
+                    t = time.perf_counter()
+                    f(*xt)
+                    ts.append((time.perf_counter() - t) * 1e3)
+                e2e[n].append(float(np.median(ts)))
+                g, rec = hooked[n], recs[n]
                 rec.start()
-                t = time.perf_counter()
-                g(*xt)
-                ts.append((time.perf_counter() - t) * 1e3)
-            inst[n].append(float(np.median(ts)))
-            per_round[n].append([[ns / 1e6 for _, ns in call] for call in rec.calls])
-            symbols = [s for s, _ in rec.calls[0]]
-            recs[n].symbols = symbols
-            rec.calls.clear()
+                g(*xt)                                     # warm-up, discarded
+                rec.calls.clear()
+                ts = []
+                for _ in range(block):
+                    rec.start()
+                    t = time.perf_counter()
+                    g(*xt)
+                    ts.append((time.perf_counter() - t) * 1e3)
+                inst[n].append(float(np.median(ts)))
+                per_round[n].append([[ns / 1e6 for _, ns in call] for call in rec.calls])
+                symbols = [s for s, _ in rec.calls[0]]
+                recs[n].symbols = symbols
+                rec.calls.clear()
     keep = quiet_rounds(e2e)
     n_loaded = sum(1 for r in keep if loaded[r])
     return {n: replace(_summarize(recs[n].symbols, [per_round[n][r] for r in keep], [e2e[n][r] for r in keep],

@@ -25,6 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .affinity import pinned
 from .builder import compile_func
 from .jobs import AGAIN, WARM_FLAG, Artifact, TimingConfig, arg_arrays, load_and_check, sample, suspicious_warm, warm_flag
 from .store import Measurement
@@ -63,8 +64,9 @@ class LoadProbe:
         mod["main"](*args)
         self.stored_ms = quiet_ms if quiet_ms and quiet_ms > 0 else math.inf
         self.readings: list[float] = []
-        for _ in range(10):
-            self.time()
+        with pinned():
+            for _ in range(10):
+                self.time()
 
     @property
     def own_ms(self) -> float:
@@ -153,8 +155,9 @@ class LocalRunner:
                 yield a, e
                 continue
             ready.append((a, kernels, a.build_s + time.perf_counter() - t0, rel))
-        for a, m in _time_batch(ready, self.dev, timing, self.probe):
-            yield a, m
+        with pinned():         # the calling thread off the pool workers' cores (measure.affinity)
+            done = _time_batch(ready, self.dev, timing, self.probe)
+        yield from done
 
 
 def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> list[tuple[Artifact, Measurement]]:

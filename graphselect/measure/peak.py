@@ -62,7 +62,9 @@ def measure_peak_gflops(target, threads: int, *, repeats: int = 10) -> float:
     for _ in range(3):                                         # warm-up (and thread start)
         mod["peak"](c, out)
     f = mod.time_evaluator("peak", dev, number=1, repeat=repeats)
-    best = min(f(c, out).results)
+    from .affinity import pinned
+    with pinned():
+        best = min(f(c, out).results)
     return flops(threads, lanes, acc) / best / 1e9
 
 
@@ -101,11 +103,13 @@ def measure_floor_ms(target, threads: int, *, rounds: int = 15, pause_s: float =
     args = [tvm.runtime.tensor(np.zeros((threads, n), "float32")) for _ in range(2)]
     for _ in range(3):
         mod["main"](*args)
+    from .affinity import pinned
     got = []
     for i in range(rounds):
         if i:
             time.sleep(pause_s)
-        got.append(sample([(mod, args)], dev, TimingConfig()))
+        with pinned():           # as every isolated timing is (measure.local)
+            got.append(sample([(mod, args)], dev, TimingConfig()))
     return tuple(float(v) for v in np.median(np.array(got), axis=0))
 
 
@@ -134,11 +138,13 @@ def measure_launch_ms(target, threads: int, *, calls: int = LAUNCH_CALLS, repeat
         bb.emit_func_output(out)
     f = relax.VirtualMachine(tvm.compile(bb.get(), target=target), tvm.cpu())["main"]
     xt = tvm.runtime.tensor(np.zeros((threads, n), "float32"))
-    for _ in range(30):
-        f(xt)
+    from .affinity import pinned
     ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        f(xt)
-        ts.append(time.perf_counter() - t)
+    with pinned():               # as the networks' timings are (measure.innet)
+        for _ in range(30):
+            f(xt)
+        for _ in range(repeats):
+            t = time.perf_counter()
+            f(xt)
+            ts.append(time.perf_counter() - t)
     return float(np.percentile(ts, 10)) * 1e3 / calls

@@ -35,6 +35,7 @@ MAX_ALTERNATIVES = 2     # other residency levels' best assignments built in rou
 # this: below it, run-to-run noise of the in-network timing (2-5% on the VMs this was written on)
 # decides, and building it would chase noise.
 CONVERGED = 0.01
+TIE = 1e-6               # a built network within this of the final solve's cost ties with its pick
 INNET_SECONDS = 3.0     # an in-place timing session runs at least this long (up to 40 rounds)
 ERROR_ROUNDS = 3        # --precision auto without in-place timing: solves to bring the error within tolerance
 
@@ -239,10 +240,18 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     have = {b.choice: b for b in usable}
     among = " within the tolerance" if acc is not None and s.precision == "auto" else ""
     proven = "optimum" if final is not None and final.optimal else "best found (not proven optimal)"
-    if final is not None and tuple(final.choice) in have:
-        chosen = have[tuple(final.choice)]
+    # a built network that costs what the final solve's pick costs is an optimum of that solve too
+    # (equal-cost options make ties; the solver names one of them)
+    tied = None
+    if final is not None and tuple(final.choice) not in have and usable:
+        best = min(usable, key=lambda b: prob.evaluate(b.choice))
+        if prob.evaluate(best.choice) <= final.cost * (1 + TIE):
+            tied = best
+    if final is not None and (tuple(final.choice) in have or tied is not None):
+        chosen = have[tuple(final.choice)] if tied is None else tied
         converged = True
-        rule = f"the final {final.method} solve's {proven} under the calibrated objective (built and timed)"
+        rule = (f"the final {final.method} solve's {proven} under the calibrated objective (built and timed"
+                + (", tied in cost with the assignment the solver named)" if tied is not None else ")"))
     elif final is not None:             # the best measured one (within CONVERGED, or rounds used up)
         chosen = min(usable, key=lambda b: prob.evaluate(b.choice))
         converged = converged or prob.evaluate(chosen.choice) <= final.cost * (1 + CONVERGED)
@@ -261,7 +270,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         rule = f"the {chosen.assignment.method} solve on isolated timings (no closed loop)"
     cost = prob.evaluate(chosen.choice)
     if final is not None:     # optimal when it is the final solve's own choice, else its gap to it
-        exact = tuple(final.choice) == chosen.choice
+        exact = tuple(final.choice) == chosen.choice or chosen is tied
         sol = Assignment(chosen.choice, cost, final.method, final.optimal and exact, final.seconds,
                          final.gap if exact else max(0.0, (cost - final.cost) / cost),
                          prob.resident(chosen.choice) if prob.cache_bytes is not None else None)
