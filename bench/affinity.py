@@ -52,7 +52,7 @@ def main():
     import graphselect
     for name in a.models:
         r = graphselect.optimize(models.build(name), benchmark_runs=0)
-        shape = r.report.get("input_shape") or [d.dim_value for d in models.build(name).graph.input[0].type.tensor_type.shape.dim]
+        shape = r.input_shape
         f = relax.VirtualMachine(r.build(), tvm.cpu())["main"]
         x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype("float32"))
         f(x)

@@ -66,28 +66,32 @@ def free_cpus() -> set[int]:
     return set(os.sched_getaffinity(0)) - worker_cpus()
 
 
+def _bind(free: set[int] | None) -> set[int] | None:
+    """Bind the calling thread to ``free``: its mask before, or None where nothing changed (no
+    free core known, the thread already there, or ``free`` no longer within its mask)."""
+    if not free or not hasattr(os, "sched_setaffinity"):
+        return None
+    before = set(os.sched_getaffinity(0))
+    if before == free or not free <= before:
+        return None
+    try:
+        os.sched_setaffinity(0, free)
+    except OSError:
+        return None
+    return before
+
+
 @contextlib.contextmanager
 def pinned():
     """Bind the calling thread to the cores no TVM pool worker is bound to, restored on exit;
     a no-op where the platform has no affinity calls, where every allowed core has a worker, or
     inside another :func:`pinned`."""
-    if not hasattr(os, "sched_setaffinity"):
-        yield
-        return
-    before = set(os.sched_getaffinity(0))
-    free = free_cpus()
-    if not free or free == before:
-        yield
-        return
-    try:
-        os.sched_setaffinity(0, free)
-    except OSError:
-        yield
-        return
+    before = _bind(free_cpus())
     try:
         yield
     finally:
-        os.sched_setaffinity(0, before)
+        if before is not None:
+            os.sched_setaffinity(0, before)
 
 
 class CallPin:
@@ -97,23 +101,16 @@ class CallPin:
     core). The free cores are found once per calling thread (TVM's pool is per thread)."""
 
     def __init__(self):
-        self._free: dict[int, set[int] | None] = {}
+        self._free: dict[int, set[int]] = {}
 
     def __call__(self, fn, *args):
-        if not hasattr(os, "sched_setaffinity"):
-            return fn(*args)
         tid = threading.get_ident()
-        if tid not in self._free:
-            free = free_cpus()
-            self._free[tid] = free or None
-        free = self._free[tid]
+        free = self._free.get(tid)
         if free is None:
-            return fn(*args)
-        before = os.sched_getaffinity(0)
-        if before == free or not free <= before:
-            return fn(*args)
-        os.sched_setaffinity(0, free)
+            free = self._free[tid] = free_cpus()
+        before = _bind(free)
         try:
             return fn(*args)
         finally:
-            os.sched_setaffinity(0, before)
+            if before is not None:
+                os.sched_setaffinity(0, before)

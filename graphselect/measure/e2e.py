@@ -32,16 +32,21 @@ def time_calls(fn: Callable[[], object], runs: int, warmup: int = 2, warmup_s: f
     need more than one call to come back."""
     from .affinity import pinned
     with pinned():        # the calling thread off the pool workers' cores (measure.affinity)
-        t0 = time.perf_counter()
-        n = 0
-        while n < warmup or (time.perf_counter() - t0 < warmup_s and n < 200):
-            fn()
-            n += 1
-        ts = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t) * 1e3)
+        return _calls(fn, runs, warmup, warmup_s)
+
+
+def _calls(fn: Callable[[], object], runs: int, warmup: int, warmup_s: float) -> list[float]:
+    """:func:`time_calls` where the caller has pinned the thread already (:func:`compare`)."""
+    t0 = time.perf_counter()
+    n = 0
+    while n < warmup or (time.perf_counter() - t0 < warmup_s and n < 200):
+        fn()
+        n += 1
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t) * 1e3)
     return ts
 
 
@@ -119,7 +124,7 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
                 t0 = time.perf_counter()
                 block_timer = getattr(fns[k], "time_block", None)
                 out[k].append(block_timer(per, warmup=1, warmup_s=warmup_s) if block_timer is not None
-                              else time_calls(fns[k], per, warmup=1, warmup_s=warmup_s))
+                              else _calls(fns[k], per, 1, warmup_s))
                 timed += time.perf_counter() - t0
     return Rounds(out)
 

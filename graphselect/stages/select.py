@@ -240,20 +240,21 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     have = {b.choice: b for b in usable}
     among = " within the tolerance" if acc is not None and s.precision == "auto" else ""
     proven = "optimum" if final is not None and final.optimal else "best found (not proven optimal)"
-    # a built network that costs what the final solve's pick costs is an optimum of that solve too
-    # (equal-cost options make ties; the solver names one of them)
-    tied = None
-    if final is not None and tuple(final.choice) not in have and usable:
-        best = min(usable, key=lambda b: prob.evaluate(b.choice))
-        if prob.evaluate(best.choice) <= final.cost * (1 + TIE):
-            tied = best
-    if final is not None and (tuple(final.choice) in have or tied is not None):
-        chosen = have[tuple(final.choice)] if tied is None else tied
+    # the best built network under the final objective; one that costs what the final solve's pick
+    # costs is an optimum of that solve too (equal-cost options make ties; the solver names one)
+    own = tied = best = None
+    if final is not None:
+        best = min(usable, key=lambda b: prob.evaluate(b.choice)) if usable else None
+        own = have.get(tuple(final.choice))
+        if own is None and best is not None and prob.evaluate(best.choice) <= final.cost * (1 + TIE):
+            own = tied = best
+    if own is not None:
+        chosen = own
         converged = True
         rule = (f"the final {final.method} solve's {proven} under the calibrated objective (built and timed"
                 + (", tied in cost with the assignment the solver named)" if tied is not None else ")"))
     elif final is not None:             # the best measured one (within CONVERGED, or rounds used up)
-        chosen = min(usable, key=lambda b: prob.evaluate(b.choice))
+        chosen = best
         converged = converged or prob.evaluate(chosen.choice) <= final.cost * (1 + CONVERGED)
         gap = (prob.evaluate(chosen.choice) - final.cost) / final.cost if final.cost > 0 else 0.0
         rule = (f"the best of the {len(usable)} built network(s){among} under the final calibrated objective, "
@@ -270,7 +271,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         rule = f"the {chosen.assignment.method} solve on isolated timings (no closed loop)"
     cost = prob.evaluate(chosen.choice)
     if final is not None:     # optimal when it is the final solve's own choice, else its gap to it
-        exact = tuple(final.choice) == chosen.choice or chosen is tied
+        exact = chosen is own             # the solve's pick, or a network tied with it
         sol = Assignment(chosen.choice, cost, final.method, final.optimal and exact, final.seconds,
                          final.gap if exact else max(0.0, (cost - final.cost) / cost),
                          prob.resident(chosen.choice) if prob.cache_bytes is not None else None)
