@@ -11,7 +11,9 @@ isolated cold timings and the probed launch cost). Nothing is built or timed: th
 
 ``--no-floor`` keeps the timing protocol's floor (what it reads for an empty kernel) in the
 isolated timings, as the model did before 2026-12-03, to compare the two on the same data.
-``--names`` names the models from bench/e2e.py result files. Results are printed, one line per
+``--one-scale`` prices every non-conv kernel by one scale (the model's, else the machine's), as
+before 2026-12-03, instead of by its kind's (networks stored before then have no kinds and are
+priced so either way). ``--names`` names the models from bench/e2e.py result files. Results are printed, one line per
 model, and saved under bench/results/transfer[-TAG]-STAMP.{md,json} with the CPU named.
 """
 from __future__ import annotations
@@ -39,14 +41,27 @@ def parts(cal, net, kernels, m) -> tuple[float, float, float]:
         c, w = cal.kernel(k.key, k.family, k.cold_ms, k.warm_ms, k.incold_ms, model="")
         total += _blend(c, w, share)
     launches = len(kernels) * cal.launch("")
+    bare = replace(cal, floor=(0.0, 0.0, 0.0))
+    if net.other_kinds:
+        # by kind: each kind's isolated sum loses the floor once per snippet, priced by its kind's scale
+        rest = 0.0
+        for kind, (c, w, ic, count, _, _) in net.other_kinds.items():
+            if c <= 0:
+                continue
+            c, w, ic = _unfloor(c, w, ic, cal.floor, max(int(count), 1))
+            oc, ow = bare.other("", c, w, ic, kind)
+            rest += _blend(oc, ow, share)
+        return total - launches, launches, rest
     # the others' isolated timings are a sum over snippets: each loses the floor once
     others = max(0, net.kernel_calls - len(kernels))
     c, w, ic = _unfloor(net.other_cold_ms, net.other_warm_ms, net.other_incold_ms, cal.floor, others)
-    oc, ow = replace(cal, floor=(0.0, 0.0, 0.0)).other("", c, w, ic)
+    oc, ow = bare.other("", c, w, ic)
     return total - launches, launches, _blend(oc, ow, share)
 
 
 def main():
+    from dataclasses import replace
+
     from costmodels.calibration import fit, prior
     from graphselect.stages.machine import machine
     from graphselect.stages.settings import open_store, settings
@@ -58,6 +73,8 @@ def main():
     ap.add_argument("--names", nargs="*", default=[], metavar="E2E_JSON",
                     help="bench/e2e.py result files of runs on this store: name the models by them")
     ap.add_argument("--no-floor", action="store_true", help="keep the protocol's floor in the isolated timings")
+    ap.add_argument("--one-scale", action="store_true",
+                    help="price every non-conv kernel by one scale, not by its kind's (the model before 2026-12-03)")
     a = ap.parse_args()
     s = settings(threads=a.threads)
     with open_store(s) as store:
@@ -80,6 +97,8 @@ def main():
         cal = fit(other_k, others, budget=m.budget, steps=m.steps, floor=floor)
         if not cal.networks:
             cal = pri
+        elif a.one_scale:
+            cal = replace(cal, kind_scale={}, model_kind_scale={})
         errs, perrs, conv, rest = [], [], [], []
         for n in own:
             ks = by_net.get(n.network, [])
@@ -100,7 +119,10 @@ def main():
     cpu = cpu_line()
     lines = [f"CPU: {cpu}",
              f"Floor taken off the isolated timings (cold, warm, in-cold): {[round(f * 1e3, 2) for f in floor]} us; "
-             f"launch {m.launch_ms * 1e3:.2f} us per call. `python bench/transfer.py{' --no-floor' if a.no_floor else ''}`",
+             f"launch {m.launch_ms * 1e3:.2f} us per call. `python bench/transfer.py{' --no-floor' if a.no_floor else ''}"
+             f"{' --one-scale' if a.one_scale else ''}`",
+             f"Other kernels priced {'by one scale' if a.one_scale else 'by their kind'}; networks stored with their "
+             f"other kernels by kind: {sum(1 for n in nets if n.other_kinds)} of {len(nets)}.",
              "", "Leave one model out: each model's networks priced by a calibration fitted on the "
              "other models' networks only (a prediction: none of the model's own timings in it), and by the prior.",
              "", "| model | networks | e2e ms (median) | kernel calls | footprint MiB | error, calibrated on the others "

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .calibration import Calibration
+from .calibration import Calibration, workload_kind
 from .problem import Choice, Edge, Node, Problem
 
 Key = tuple[str, str]          # (workload, candidate) of a measurement record
@@ -117,10 +117,10 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
                 elif opt.family:
                     cold, warm = cal.kernel(opt.kernel, opt.family, t.cold_ms, t.warm_ms, t.incold_ms, model=model)
                 else:
-                    cold, warm = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)
+                    cold, warm = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms, workload_kind(opt.kernel[0]))
             for key in opt.extra:
                 t = _get(timings, key, f"layer {lt.name}, option {opt.name} (epilogue)")
-                c, w = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)
+                c, w = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms, workload_kind(key[0]))
                 cold, warm = cold + c, warm + w
             choices.append(Choice(opt.name, cold, opt.in_layouts, opt.out_layout, warm_cost=warm,
                                   weight_bytes=opt.weight_bytes, workspace_bytes=opt.workspace_bytes, error=err))
@@ -130,7 +130,8 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
         tr = {}
         for pair, key in e.transforms.items():
             t = _get(timings, key, f"edge {layers[e.src].name} -> {layers[e.dst].name}")
-            tr[pair] = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)[0] if math.isfinite(t.cold_ms) else math.inf
+            tr[pair] = (cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms, workload_kind(key[0]))[0]
+                        if math.isfinite(t.cold_ms) else math.inf)
         out_edges.append(Edge(e.src, e.dst, e.port, tr))
     return Problem(tuple(nodes), tuple(out_edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes,
                    partial=tuple(partial) if cache_bytes is not None else (), error_budget=error_budget)
@@ -152,20 +153,35 @@ def option_keys(layers, edges) -> set[Key]:
 def other_costs(layers, edges, timings: Mapping[Key, Timing], choice) -> tuple[float, float, float]:
     """Isolated (cold, warm, in-cold) ms of everything but the conv kernels that ``choice`` runs:
     op layers, unfused epilogues and layout transforms (transforms cold in the first two)."""
-    cold = warm = incold = 0.0
+    parts = other_costs_by_kind(layers, edges, timings, choice).values()
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+
+
+def other_costs_by_kind(layers, edges, timings: Mapping[Key, Timing], choice) -> dict[str, tuple[float, float, float, int]]:
+    """:func:`other_costs` by kind (``calibration.op_kind`` of each record's op): kind ->
+    (cold, warm, in-cold, how many isolated snippets)."""
+    out: dict[str, list] = {}
+
+    def add(key, t, warm):
+        p = out.setdefault(workload_kind(key[0]), [0.0, 0.0, 0.0, 0])
+        p[0] += t.cold_ms
+        p[1] += warm
+        p[2] += _incold(t)
+        p[3] += 1
     for lt, k in zip(layers, choice):
         opt = lt.options[k]
         keys = ([] if opt.family or opt.kernel is None else [opt.kernel]) + list(opt.extra)
         for key in keys:
             t = _get(timings, key, f"layer {lt.name}")
-            cold, warm, incold = cold + t.cold_ms, warm + t.warm_ms, incold + _incold(t)
+            add(key, t, t.warm_ms)
     for e in edges:
         a = layers[e.src].options[choice[e.src]].out_layout
         b = layers[e.dst].options[choice[e.dst]].in_layouts[e.port]
         if a != b:
-            t = _get(timings, e.transforms[(a, b)], f"edge {layers[e.src].name} -> {layers[e.dst].name}")
-            cold, warm, incold = cold + t.cold_ms, warm + t.cold_ms, incold + _incold(t)
-    return cold, warm, incold
+            key = e.transforms[(a, b)]
+            t = _get(timings, key, f"edge {layers[e.src].name} -> {layers[e.dst].name}")
+            add(key, t, t.cold_ms)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def _incold(t: Timing) -> float:

@@ -7,7 +7,8 @@ interrupted run keeps what it measured; WAL mode lets a reader and a writer coex
 version is part of the table names.
 
 Beside the isolated records the store keeps what built networks showed (``networks_v3``: one
-row per built network; ``innet_v2``: its conv kernels' in-network times), from which
+row per built network, its other kernels by kind since 2026-12-03; ``innet_v2``: its conv
+kernels' in-network times), from which
 ``costmodels.calibration.fit`` calibrates this machine; they are keyed by the same context, so
 another CPU, thread count or TVM version starts uncalibrated.
 """
@@ -59,6 +60,15 @@ class Measurement:
         return self.error is None
 
 
+def _kinds(text) -> dict:
+    """A stored network's other kernels by kind (none for a row stored before they were kept)."""
+    try:
+        d = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {str(k): tuple(v) for k, v in d.items() if isinstance(v, list) and len(v) == 6}
+
+
 def default_path() -> Path:
     env = os.environ.get("GRAPHSELECT_CACHE")
     if env:
@@ -94,7 +104,11 @@ class RecordStore:
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {NETWORKS} (network TEXT PRIMARY KEY, model TEXT, {ctx_cols}, "
             "footprint INTEGER, e2e_ms REAL, kernel_calls INTEGER, conv_innet_ms REAL, other_innet_ms REAL, "
-            "other_cold_ms REAL, other_warm_ms REAL, content TEXT, choice TEXT, created REAL, other_incold_ms REAL)")
+            "other_cold_ms REAL, other_warm_ms REAL, content TEXT, choice TEXT, created REAL, other_incold_ms REAL, "
+            "other_kinds TEXT)")
+        # stores made before the other kernels were kept by kind: their rows read as no kinds
+        if "other_kinds" not in {r[1] for r in self._db.execute(f"PRAGMA table_info({NETWORKS})")}:
+            self._db.execute(f"ALTER TABLE {NETWORKS} ADD COLUMN other_kinds TEXT")
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {INNET} (network TEXT, workload TEXT, candidate TEXT, family TEXT, "
             "cold_ms REAL, warm_ms REAL, innet_ms REAL, incold_ms REAL)")
@@ -174,11 +188,11 @@ class RecordStore:
         option name of every layer: option indices differ between option lists)."""
         with self._db:
             self._db.execute(
-                f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (net.network, net.model, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, net.footprint_bytes, net.e2e_ms,
                  net.kernel_calls, net.conv_innet_ms, net.other_innet_ms, net.other_cold_ms, net.other_warm_ms,
                  content, json.dumps([str(c) for c in choice]) if choice else "", time.time(),
-                 net.other_incold_ms))
+                 net.other_incold_ms, json.dumps({k: list(v) for k, v in net.other_kinds.items()})))
             self._db.execute(f"DELETE FROM {INNET} WHERE network=?", (net.network,))
             self._db.executemany(
                 f"INSERT INTO {INNET} VALUES (?,?,?,?,?,?,?,?)",
@@ -189,9 +203,9 @@ class RecordStore:
         """The newest ``limit`` built networks of this context and their kernels."""
         rows = self._db.execute(
             f"SELECT network, model, footprint, e2e_ms, kernel_calls, conv_innet_ms, other_innet_ms, other_cold_ms, "
-            f"other_warm_ms, other_incold_ms FROM {NETWORKS} WHERE target=? AND cpu=? AND threads=? AND tvm=? "
-            "ORDER BY created DESC LIMIT ?", (ctx.target, ctx.cpu, ctx.threads, ctx.tvm, limit)).fetchall()
-        nets = [NetworkObservation(*r) for r in rows]
+            f"other_warm_ms, other_incold_ms, other_kinds FROM {NETWORKS} WHERE target=? AND cpu=? AND threads=? "
+            "AND tvm=? ORDER BY created DESC LIMIT ?", (ctx.target, ctx.cpu, ctx.threads, ctx.tvm, limit)).fetchall()
+        nets = [NetworkObservation(*r[:-1], other_kinds=_kinds(r[-1])) for r in rows]
         kernels = []
         for n in nets:
             for wl, cand, fam, cold, warm, t, incold in self._db.execute(

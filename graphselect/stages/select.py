@@ -380,25 +380,32 @@ def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True):
 def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing, s: Settings):
     """What one timed network tells the calibration: the network and its conv kernels."""
     from dataclasses import replace
-    from costmodels.calibration import KernelObservation, NetworkObservation
-    from costmodels.table import other_costs
+    from costmodels.calibration import KernelObservation, NetworkObservation, op_kind
+    from costmodels.table import other_costs_by_kind
     plan = measured.plan
     symbols = b.symbols
     kernels, conv_ms = [], 0.0
+    innet_kinds: dict[str, list] = {}          # kind -> [in-network ms, calls] of the other kernels
     for call in timing.calls:
         name = symbols.get(call.symbol)
         if name is None:
+            p = innet_kinds.setdefault(op_kind(call.symbol), [0.0, 0])
+            p[0] += call.ms
+            p[1] += 1
             continue
         opt = plan.table(name).options[b.choice[plan.index[name]]]
         t = measured.timings[opt.kernel]
         kernels.append(KernelObservation("", tuple(opt.kernel), opt.family, t.cold_ms, t.warm_ms, call.ms,
                                          t.incold_ms))
         conv_ms += call.ms
-    other_cold, other_warm, other_incold = other_costs(plan.layers, plan.edges, measured.timings, b.choice)
+    iso_kinds = other_costs_by_kind(plan.layers, plan.edges, measured.timings, b.choice)
+    kinds = {k: tuple(iso_kinds.get(k, (0.0, 0.0, 0.0, 0))) + tuple(innet_kinds.get(k, (0.0, 0)))
+             for k in sorted(set(iso_kinds) | set(innet_kinds))}
+    other_cold, other_warm, other_incold = (sum(v[i] for v in iso_kinds.values()) for i in range(3))
     net_id = f"{imported.model_key}:{abs(hash(b.choice)) % 10**12}:{time.time_ns()}"
     net = NetworkObservation(net_id, imported.model_key, isolated.footprint(b.choice), timing.e2e_ms,
                              len(timing.calls), conv_ms, timing.kernel_ms - conv_ms, other_cold, other_warm,
-                             other_incold)
+                             other_incold, kinds)
     return net, [replace(k, network=net_id) for k in kernels]
 
 

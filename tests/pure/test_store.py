@@ -184,3 +184,28 @@ def test_network_observations_roundtrip_per_context(tmp_path):
     assert s.networks(Context("t", "other cpu", 2, "0.27")) == ([], [])
     assert s.assignments(CTX, "abc") == [names] and s.assignments(CTX, "other") == []
     assert s.forget_networks(CTX) == 1 and s.networks(CTX) == ([], [])
+
+
+def test_network_other_kinds_roundtrip_and_old_rows_read_without_kinds(tmp_path):
+    import sqlite3
+
+    from costmodels.calibration import NetworkObservation
+    from graphselect.measure.store import NETWORKS
+    # a store written before the kinds were kept: the table lacks the column
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    db.execute(f"CREATE TABLE {NETWORKS} (network TEXT PRIMARY KEY, model TEXT, target TEXT, cpu TEXT, "
+               "threads INTEGER, tvm TEXT, footprint INTEGER, e2e_ms REAL, kernel_calls INTEGER, conv_innet_ms REAL, "
+               "other_innet_ms REAL, other_cold_ms REAL, other_warm_ms REAL, content TEXT, choice TEXT, created REAL, "
+               "other_incold_ms REAL)")
+    db.execute(f"INSERT INTO {NETWORKS} VALUES ('old','m','{CTX.target}','{CTX.cpu}',{CTX.threads},'{CTX.tvm}',1,"
+               "2.0,3,1.0,0.5,0.4,0.3,'c','',1.0,0.45)")
+    db.commit()
+    db.close()
+    s = RecordStore(tmp_path / "r.sqlite")
+    kinds = {"elementwise": (0.2, 0.1, 0.3, 4, 0.5, 4), "transform": (0.05, 0.05, 0.06, 1, 0.0, 0)}
+    new = NetworkObservation("new", "m", 1, 2.0, 3, 1.0, 0.5, 0.25, 0.15, 0.36, kinds)
+    s.put_network(CTX, new, [])
+    nets, _ = s.networks(CTX)
+    assert [n.network for n in nets] == ["new", "old"]
+    assert nets[0] == new and nets[0].other_kinds == kinds
+    assert nets[1].other_kinds == {} and nets[1].other_incold_ms == 0.45
