@@ -11,9 +11,10 @@ isolated cold timings and the probed launch cost). Nothing is built or timed: th
 
 ``--no-floor`` keeps the timing protocol's floor (what it reads for an empty kernel) in the
 isolated timings, as the model did before 2026-12-03, to compare the two on the same data.
-``--one-scale`` prices every non-conv kernel by one scale (the model's, else the machine's), as
-before 2026-12-03, instead of by its kind's (networks stored before then have no kinds and are
-priced so either way). ``--names`` names the models from bench/e2e.py result files. Results are printed, one line per
+``--kinds`` adds, per model, what its networks' non-conv kernels of each kind
+(``costmodels.calibration.op_kind``) took in place against their isolated cold sum less the floor
+(the kernels only, no launch), and how many network calls the kind's isolated snippets became
+(networks stored since 2026-12-03 keep this). ``--names`` names the models from bench/e2e.py result files. Results are printed, one line per
 model, and saved under bench/results/transfer[-TAG]-STAMP.{md,json} with the CPU named.
 """
 from __future__ import annotations
@@ -34,34 +35,21 @@ def parts(cal, net, kernels, m) -> tuple[float, float, float]:
     (conv kernels, their launches, everything else)."""
     from dataclasses import replace
 
-    from costmodels.calibration import _blend, _unfloor
+    from costmodels.calibration import _blend, other_unfloored
     share = cal.share(net.footprint_bytes, m.budget, m.steps)
     total = 0.0
     for k in kernels:
         c, w = cal.kernel(k.key, k.family, k.cold_ms, k.warm_ms, k.incold_ms, model="")
         total += _blend(c, w, share)
     launches = len(kernels) * cal.launch("")
-    bare = replace(cal, floor=(0.0, 0.0, 0.0))
-    if net.other_kinds:
-        # by kind: each kind's isolated sum loses the floor once per snippet, priced by its kind's scale
-        rest = 0.0
-        for kind, (c, w, ic, count, _, _) in net.other_kinds.items():
-            if c <= 0:
-                continue
-            c, w, ic = _unfloor(c, w, ic, cal.floor, max(int(count), 1))
-            oc, ow = bare.other("", c, w, ic, kind)
-            rest += _blend(oc, ow, share)
-        return total - launches, launches, rest
     # the others' isolated timings are a sum over snippets: each loses the floor once
     others = max(0, net.kernel_calls - len(kernels))
-    c, w, ic = _unfloor(net.other_cold_ms, net.other_warm_ms, net.other_incold_ms, cal.floor, others)
-    oc, ow = bare.other("", c, w, ic)
+    c, w, ic = other_unfloored(net, cal.floor, others)
+    oc, ow = replace(cal, floor=(0.0, 0.0, 0.0)).other("", c, w, ic)
     return total - launches, launches, _blend(oc, ow, share)
 
 
 def main():
-    from dataclasses import replace
-
     from costmodels.calibration import fit, prior
     from graphselect.stages.machine import machine
     from graphselect.stages.settings import open_store, settings
@@ -73,8 +61,7 @@ def main():
     ap.add_argument("--names", nargs="*", default=[], metavar="E2E_JSON",
                     help="bench/e2e.py result files of runs on this store: name the models by them")
     ap.add_argument("--no-floor", action="store_true", help="keep the protocol's floor in the isolated timings")
-    ap.add_argument("--one-scale", action="store_true",
-                    help="price every non-conv kernel by one scale, not by its kind's (the model before 2026-12-03)")
+    ap.add_argument("--kinds", action="store_true", help="also tabulate the non-conv kernels by kind, per model")
     a = ap.parse_args()
     s = settings(threads=a.threads)
     with open_store(s) as store:
@@ -97,8 +84,6 @@ def main():
         cal = fit(other_k, others, budget=m.budget, steps=m.steps, floor=floor)
         if not cal.networks:
             cal = pri
-        elif a.one_scale:
-            cal = replace(cal, kind_scale={}, model_kind_scale={})
         errs, perrs, conv, rest = [], [], [], []
         for n in own:
             ks = by_net.get(n.network, [])
@@ -119,10 +104,7 @@ def main():
     cpu = cpu_line()
     lines = [f"CPU: {cpu}",
              f"Floor taken off the isolated timings (cold, warm, in-cold): {[round(f * 1e3, 2) for f in floor]} us; "
-             f"launch {m.launch_ms * 1e3:.2f} us per call. `python bench/transfer.py{' --no-floor' if a.no_floor else ''}"
-             f"{' --one-scale' if a.one_scale else ''}`",
-             f"Other kernels priced {'by one scale' if a.one_scale else 'by their kind'}; networks stored with their "
-             f"other kernels by kind: {sum(1 for n in nets if n.other_kinds)} of {len(nets)}.",
+             f"launch {m.launch_ms * 1e3:.2f} us per call. `python bench/transfer.py{' --no-floor' if a.no_floor else ''}`",
              "", "Leave one model out: each model's networks priced by a calibration fitted on the "
              "other models' networks only (a prediction: none of the model's own timings in it), and by the prior.",
              "", "| model | networks | e2e ms (median) | kernel calls | footprint MiB | error, calibrated on the others "
@@ -137,8 +119,38 @@ def main():
     lines += ["", f"{len(rows)} models: calibrated on the others median {100 * np.median(e):.1f}%, max "
                   f"{100 * max(e):.1f}%, {sum(x <= 0.10 for x in e)} within 10%; prior median {100 * np.median(p):.1f}%, "
                   f"max {100 * max(p):.1f}%."]
+    if a.kinds:
+        lines += [""] + kinds_table(nets, models, names, floor)
     text = "\n".join(lines) + "\n"
     save("transfer" + (f"-{a.tag}" if a.tag else ""), text, rows)
+
+
+def kinds_table(nets, models, names, floor) -> list[str]:
+    """Per model (its newest network) and kind: in-place ms over isolated cold ms less the floor,
+    and network calls per isolated snippet, with the isolated ms at stake."""
+    from costmodels.calibration import _unfloor
+    kinds = sorted({k for n in nets for k in n.other_kinds})
+    lines = ["Non-conv kernels by kind (each model's newest network): in-place / isolated cold less the floor "
+             "(isolated us; network calls / isolated snippets).", "",
+             "| model | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    for mdl in models:
+        n = next((x for x in nets if x.model == mdl and x.other_kinds), None)
+        if n is None:
+            continue
+        cells = []
+        for k in kinds:
+            v = n.other_kinds.get(k)
+            if v is None:
+                cells.append("")
+                continue
+            c, w, ic, count, t, calls = v
+            if count <= 0:
+                cells.append(f"(no snippet; {t * 1e3:.0f} us in {calls} calls)")
+                continue
+            oc = _unfloor(c, w, ic, floor, int(count))[0]
+            cells.append(f"{t / oc:.2f} ({oc * 1e3:.0f} us; {calls}/{count})")
+        lines.append(f"| {names.get(mdl, mdl)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _names(files) -> dict:

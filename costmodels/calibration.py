@@ -26,12 +26,8 @@ ran 2x its isolated time. So every built network's kernels are timed where they 
   machine's scale;
 - ``launch`` is the runtime's cost per kernel call outside the kernels (VM dispatch, allocation);
 - every other kernel (pooling, elementwise ops, layout transforms, unfused epilogues, which the
-  network's fusion merges and splits differently from their isolated snippets) is priced by the
-  scale of its kind (:func:`op_kind`: what it does to memory; ResNet-50's residual adds ran 2.5x
-  their isolated time, reading a tensor written long before, while ShuffleNetV2's reshapes and
-  splits became nearly free views): the kind's scale in the model's own networks when it has
-  run there, else the kind's on the machine (shrunk towards ``other_scale``, every kind
-  together, by how much time the kind has been seen with), else ``other_scale``.
+  network's fusion merges and splits differently from their isolated snippets) shares one
+  scale, ``other_scale``, per model when it has been built, else the machine's median.
 
 ``fit`` picks ``m``, ``k`` and ``b`` on a grid (with a pull towards :func:`prior`, m = 0, k = 1 and
 b = 0, where the data cannot tell) and the scales as medians of log ratios. Pure Python and
@@ -55,15 +51,14 @@ PULL = 0.02          # loss per unit of (log2 k)^2, (1 - m)^2 and b^2, against t
 SHRINK_MS = 2.0
 MIN_MS = 1e-4
 RECENT = 3            # per kernel and per model, the scales are medians of the newest observations
-# a kind's machine scale counts w / (w + KIND_SHRINK_MS) against every kind's, w: per model the median
-# of max(in-place, isolated) ms of the kind, summed over models (non-conv kernels are a small part
-# of a network)
-KIND_SHRINK_MS = 0.1
-KIND_MIN_SCALE = 0.02   # a kind the network's fusion removed (views) still costs this share
 
 # What a non-conv kernel does to memory, from the op names in its record's workload (``relax.add
-# (...)``, ``layout_transform ...``) or in a built network's symbol (``fused_reshape_transpose``):
+# in=...``, ``layout_transform ...``) or in a built network's symbol (``fused_reshape_transpose``):
 # the first kind one of whose names occurs wins, so a fused kernel counts as its heaviest part.
+# Kept per built network (``NetworkObservation.other_kinds``) to study what the network does to
+# each kind; the fit does not price by kind (``bench/transfer.py --kinds``: a kind's ratio of
+# in-place to isolated time varies between models no less than the every-kind scale does, and
+# pricing by kind did not predict new models better; DESIGN.md).
 KINDS = (("pool", ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "pool2d", "pool1d", "pool3d")),
          ("dense", ("matmul", "dense", "gemm", "linear")),
          ("reduce", ("mean", "sum", "max", "min", "prod", "softmax", "log_softmax", "variance", "std",
@@ -75,10 +70,12 @@ KINDS = (("pool", ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "pool2d", 
                           "cast", "astype", "negative", "abs", "log", "round", "floor", "ceil", "floor_divide",
                           "sin", "cos", "sign", "reciprocal", "less", "greater", "equal", "not_equal",
                           "logical_and", "logical_or", "logical_not", "bias_add", "compute")),
-         ("movement", ("concat", "concatenate", "split", "reshape", "transpose", "permute_dims",
-                       "strided_slice", "dynamic_strided_slice", "take", "squeeze", "flatten", "expand_dims",
-                       "broadcast_to", "tile", "repeat", "resize2d", "resize", "image_resize2d", "pad",
-                       "gather", "gather_elements", "gather_nd", "flip", "copy")))
+         # copies that a network cannot turn into views (concat writes every input once more)
+         ("copy", ("concat", "concatenate", "pad", "resize2d", "resize", "image_resize2d", "tile", "repeat",
+                   "broadcast_to", "gather", "gather_elements", "gather_nd", "take", "flip", "copy")),
+         # what a network's fusion can make a view of (ShuffleNetV2's channel shuffles and splits)
+         ("view", ("reshape", "transpose", "permute_dims", "split", "strided_slice", "dynamic_strided_slice",
+                   "squeeze", "flatten", "expand_dims")))
 OTHER_KIND = "other"
 # an op name inside a workload (``relax.nn.max_pool2d (``) or a fused symbol (``fused_add1_relu2``):
 # after the start, a dot, an underscore or a space; before the end, an underscore, a digit, a
@@ -92,7 +89,7 @@ def workload_kind(workload: str) -> str:
     (``relax.clip ... clamp=('clip', ...)``).
 
     >>> workload_kind("relax.concat in=[(1, 16, 8, 8)] out=(1, 32, 8, 8) relax.attrs.ConcatAttrs(axis=1)")
-    'movement'
+    'copy'
     """
     return op_kind(workload.split(" ", 1)[0])
 
@@ -103,11 +100,11 @@ def op_kind(name: str) -> str:
     Examples
     --------
     >>> op_kind("relax.nn.max_pool2d (1, 64, 112, 112) ..."), op_kind("fused_reshape_transpose_reshape1")
-    ('pool', 'movement')
+    ('pool', 'view')
     >>> op_kind("layout_transform (1, 64, 56, 56)|NCHW->NCHW16c"), op_kind("fused_add1_relu2")
     ('transform', 'elementwise')
     >>> op_kind("fused_mean_multiply"), op_kind("relax.concat (1, 8)"), op_kind("fused_maximum"), op_kind("what")
-    ('reduce', 'movement', 'elementwise', 'other')
+    ('reduce', 'copy', 'elementwise', 'other')
     """
     low = name.lower()
     for kind, rx in _KIND_RES:
@@ -188,6 +185,21 @@ def _unfloor(cold: float, warm: float, incold: float | None, floor: tuple[float,
     return c, w, None if incold is None or not math.isfinite(incold) else max(incold - fi, FLOOR_KEEP * incold, c)
 
 
+def other_unfloored(n: NetworkObservation, floor: tuple[float, float, float],
+                    calls: int) -> tuple[float, float, float | None]:
+    """The network's non-conv isolated sums (cold, warm, in-cold) less the floor, as the Problem
+    prices them: each isolated snippet loses the floor once (``calibration.other`` per record). The
+    snippets are counted by kind for networks that keep them (``other_kinds``); for older ones
+    ``calls``, the network's non-conv calls, stands for them (a network's fusion merges snippets:
+    ShuffleNetV2 ran 77 reshape/split snippets in 17 calls, so the count is low there)."""
+    kinds = [v for v in (n.other_kinds or {}).values() if v[3] > 0]
+    if not kinds:
+        return _unfloor(n.other_cold_ms, n.other_warm_ms, n.other_incold, floor, calls)
+    parts = [_unfloor(c, w, ic, floor, int(count)) for c, w, ic, count, _, _ in kinds]
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts),
+            sum(p[0] if p[2] is None else p[2] for p in parts))
+
+
 def _miss(cold: float, incold: float | None) -> float:
     """What reading the input from memory adds (>= 0; 0 when not measured)."""
     return 0.0 if incold is None or not math.isfinite(incold) else max(0.0, incold - cold)
@@ -207,8 +219,6 @@ class Calibration:
     kernel_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)
     other_scale: float = 1.0                  # machine-wide median
     model_other_scale: Mapping[str, float] = field(default_factory=dict)
-    kind_scale: Mapping[str, float] = field(default_factory=dict)            # op_kind -> machine's (shrunk)
-    model_kind_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)   # (model, kind) -> its own
     # (model, family) -> the family's scale in that model's own networks, unshrunk: a model's
     # kernels of one family share their shapes, so what one showed prices its siblings
     model_family_scale: Mapping[tuple[str, str], float] = field(default_factory=dict)
@@ -242,22 +252,9 @@ class Calibration:
         lc = calls * self.launch(model)
         return sc * (cold_ms + miss) + lc, sc * (warm_eff + miss) + lc
 
-    def other_scale_of(self, model: str = "", kind: str = "") -> float:
-        """A non-conv kernel's scale: its kind's in this model's networks, else its kind's on the
-        machine, else (no kind, or a kind never seen) the model's every-kind scale, else the
-        machine's."""
-        if kind:
-            if (model, kind) in self.model_kind_scale:
-                return self.model_kind_scale[(model, kind)]
-            if kind in self.kind_scale:
-                return self.kind_scale[kind]
-        return self.model_other_scale.get(model, self.other_scale)
-
-    def other(self, model: str, cold_ms: float, warm_ms: float, incold_ms: float | None = None,
-              kind: str = "") -> tuple[float, float]:
-        """Calibrated (cold, warm) of a non-conv cost (op node or layout transform) of ``kind``
-        (:func:`op_kind`; "" prices it by the every-kind scale)."""
-        sc = self.other_scale_of(model, kind)
+    def other(self, model: str, cold_ms: float, warm_ms: float, incold_ms: float | None = None) -> tuple[float, float]:
+        """Calibrated (cold, warm) of a non-conv cost (op node or layout transform)."""
+        sc = self.model_other_scale.get(model, self.other_scale)
         cold_ms, warm_ms, incold_ms = _unfloor(cold_ms, warm_ms, incold_ms, self.floor)
         miss = self.input_miss * _miss(cold_ms, incold_ms)
         return sc * (cold_ms + miss), sc * (_blend(cold_ms, warm_ms, self.warm_max) + miss)
@@ -278,9 +275,7 @@ class Calibration:
         return {"warm_max": self.warm_max, "capacity": self.capacity, "launch_ms": self.launch_ms,
                 "input_miss": self.input_miss, "floor_ms": list(self.floor), "scale": round(self.scale, 4), "model_launch_ms": dict(self.model_launch),
                 "family_scale": dict(self.family_scale), "other_scale": self.other_scale,
-                "model_other_scale": dict(self.model_other_scale), "kind_scale": dict(self.kind_scale),
-                "model_kind_scale": {f"{m}|{k}": v for (m, k), v in self.model_kind_scale.items()},
-                "kernel_scales": len(self.kernel_scale),
+                "model_other_scale": dict(self.model_other_scale), "kernel_scales": len(self.kernel_scale),
                 "networks": self.networks, "kernels": self.kernels, "loss": self.loss}
 
 
@@ -398,61 +393,19 @@ def fit(kernels: Sequence[KernelObservation], networks: Sequence[NetworkObservat
         convs[o.network] = convs.get(o.network, 0) + 1
     per_model: dict = {}
     for n in nets.values():                                   # newest first
-        # the other kernels' isolated timings lose the floor once per call (their count in the
-        # network stands for the count of their isolated snippets)
         others = max(0, n.kernel_calls - convs.get(n.network, 0))
-        oc, ow, oic = _unfloor(n.other_cold_ms, n.other_warm_ms, n.other_incold, floor, others)
+        oc, ow, oic = other_unfloored(n, floor, others)
         pred = _blend(oc, ow, net_share(n)) + b * _miss(oc, oic)
         if pred > 0:
             per_model.setdefault(n.model, []).append(
                 (n.other_innet_ms + others * model_launch[n.model]) / pred)
     model_other = {mdl: _median(v[:RECENT]) for mdl, v in per_model.items()}
     other = _median(list(model_other.values())) if model_other else 1.0
-    model_kind, kind_scale = _kind_scales(nets.values(), model_launch, floor, b, net_share, other)
     return Calibration(warm_max=float(m), capacity=float(k), launch_ms=float(launch), input_miss=float(b),
                        floor=floor, scale=float(np.exp(glob)), family_scale=family_scale,
                        kernel_scale=kernel_scale, other_scale=float(other), model_other_scale=model_other,
-                       kind_scale=kind_scale, model_kind_scale=model_kind,
                        model_family_scale=model_family,
                        model_launch=model_launch, networks=len(nets), kernels=len(obs), loss=float(loss))
-
-
-def _kind_scales(nets, model_launch, floor, b, net_share, other):
-    """Per op kind: each model's scale (median of its newest ``RECENT`` networks' ratios of the
-    kind's in-network time, its calls' launches included, to its isolated sum less the floor) and
-    the machine's (the median over models, shrunk towards ``other``, every kind's scale, by how
-    much time the kind has been seen with: in place or alone, whichever is longer). In-network time of a kind with no isolated counterpart in that
-    network (the network fused ops into another kind's kernels) is shared among the kinds that
-    have one, in proportion to their in-network time, so that each network's total is kept."""
-    per: dict = {}                      # (model, kind) -> [(ratio, in-network ms)], newest first
-    for n in nets:
-        kinds = n.other_kinds or {}
-        launch = model_launch.get(n.model, 0.0)
-        priced = {k: v for k, v in kinds.items() if v[0] > 0}
-        if not priced:
-            continue
-        spent = {k: v[4] + v[5] * launch for k, v in kinds.items()}
-        orphan = sum(t for k, t in spent.items() if k not in priced)
-        base = sum(spent[k] for k in priced)
-        for k, (c, w, ic, count, _, _) in priced.items():
-            oc, ow, oic = _unfloor(c, w, ic, floor, max(int(count), 1))
-            pred = _blend(oc, ow, net_share(n)) + b * _miss(oc, oic)
-            if pred <= 0:
-                continue
-            t = spent[k] + (orphan * spent[k] / base if base > 0 else orphan / len(priced))
-            # what was at stake: the larger of the two times (a kind the fusion made free still
-            # tells, by its isolated time, how much it would have cost)
-            per.setdefault((n.model, k), []).append((max(t / pred, KIND_MIN_SCALE), max(t, pred)))
-    model_kind = {g: _median([r for r, _ in v[:RECENT]]) for g, v in per.items()}
-    by_kind: dict = {}
-    for (mdl, k), v in per.items():
-        by_kind.setdefault(k, []).append((model_kind[(mdl, k)], _median([t for _, t in v[:RECENT]])))
-    kind_scale = {}
-    for k, v in by_kind.items():
-        w = sum(t for _, t in v)
-        trust = w / (w + KIND_SHRINK_MS)
-        kind_scale[k] = float(math.exp(trust * math.log(_median([r for r, _ in v])) + (1 - trust) * math.log(other)))
-    return model_kind, kind_scale
 
 
 def _weighted_median(x, w) -> float:

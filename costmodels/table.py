@@ -117,10 +117,10 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
                 elif opt.family:
                     cold, warm = cal.kernel(opt.kernel, opt.family, t.cold_ms, t.warm_ms, t.incold_ms, model=model)
                 else:
-                    cold, warm = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms, workload_kind(opt.kernel[0]))
+                    cold, warm = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)
             for key in opt.extra:
                 t = _get(timings, key, f"layer {lt.name}, option {opt.name} (epilogue)")
-                c, w = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms, workload_kind(key[0]))
+                c, w = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)
                 cold, warm = cold + c, warm + w
             choices.append(Choice(opt.name, cold, opt.in_layouts, opt.out_layout, warm_cost=warm,
                                   weight_bytes=opt.weight_bytes, workspace_bytes=opt.workspace_bytes, error=err))
@@ -130,8 +130,7 @@ def build_problem(layers: tuple[LayerTable, ...] | list[LayerTable], edges, timi
         tr = {}
         for pair, key in e.transforms.items():
             t = _get(timings, key, f"edge {layers[e.src].name} -> {layers[e.dst].name}")
-            tr[pair] = (cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms, workload_kind(key[0]))[0]
-                        if math.isfinite(t.cold_ms) else math.inf)
+            tr[pair] = cal.other(model, t.cold_ms, t.warm_ms, t.incold_ms)[0] if math.isfinite(t.cold_ms) else math.inf
         out_edges.append(Edge(e.src, e.dst, e.port, tr))
     return Problem(tuple(nodes), tuple(out_edges), cache_bytes=cache_bytes, activation_bytes=activation_bytes,
                    partial=tuple(partial) if cache_bytes is not None else (), error_budget=error_budget)

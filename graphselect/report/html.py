@@ -234,9 +234,7 @@ def calibration_text(r: dict) -> str:
             f"{fmt(c.get('warm_max'), 2)}, cache capacity ×{fmt(c.get('capacity'), 2)} the budget, input miss "
             f"{fmt(c.get('input_miss'), 2)} of the in-cold penalty, {unit(c.get('launch_ms'), 'ms', 4)} per kernel "
             f"call, machine scale ×{fmt(c.get('scale'), 2)}, family scales {fam}, "
-            f"other kernels ×{fmt(c.get('other_scale'), 2)}"
-            + (" (by kind on the machine: " + ", ".join(f"{k} ×{v:.2f}" for k, v in sorted(c["kind_scale"].items()))
-               + ")" if c.get("kind_scale") else ""))
+            f"other kernels ×{fmt(c.get('other_scale'), 2)}")
 
 
 def summary(r: dict) -> str:

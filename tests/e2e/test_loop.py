@@ -2,6 +2,7 @@
 the in-network timings correct the choice; batch > 1 with the loop on; calibration kept for the
 next run."""
 import numpy as np
+import pytest
 
 import graphselect
 import models
@@ -95,6 +96,17 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     assert rep["chosen_by"].startswith("the final cp-sat solve's")
     labels = {b.label for b in sel.built}
     assert "greedy" in labels or sel.greedy.method != "greedy"
+    # every timed network is stored with its non-conv kernels by kind, adding up to its totals:
+    # the fake network's one "fused_ops" call is of no known kind and has no isolated snippet
+    store = RecordStore(path)
+    nets, _ = store.networks(settings.settings(cache=path).ctx)
+    store.close()
+    assert nets and all(n.other_kinds for n in nets)
+    for n in nets:
+        kinds = n.other_kinds
+        assert sum(v[4] for v in kinds.values()) == pytest.approx(n.other_innet_ms)
+        assert sum(v[0] for v in kinds.values()) == pytest.approx(n.other_cold_ms)
+        assert kinds["other"][3:] == (0, 0.01, 1) and sum(v[5] for v in kinds.values()) == 1
     # the next run starts calibrated: round 0 already avoids Winograd
     r2 = graphselect.optimize(model, cache=path, benchmark_runs=3, timing=QUICK, cache_budget=None)
     sel2 = r2.extra["selection"]

@@ -247,76 +247,35 @@ def test_op_kind_names_what_a_kernel_does_to_memory():
     from costmodels.calibration import op_kind, workload_kind
     assert [op_kind(n) for n in ("fused_max_pool2d", "adaptive_avg_pool2d1", "fused_matmul_add", "fused_mean_multiply",
                                  "layout_transform3", "fused_add1_relu2", "fused_maximum", "fused_reshape_transpose",
-                                 "split2", "pad", "vm.unknown_thing")] == \
-        ["pool", "pool", "dense", "reduce", "transform", "elementwise", "elementwise", "movement",
-         "movement", "movement", "other"]
+                                 "split2", "fused_concatenate1", "pad", "vm.unknown_thing")] == \
+        ["pool", "pool", "dense", "reduce", "transform", "elementwise", "elementwise", "view",
+         "view", "copy", "copy", "other"]
     # a record's kind is its op's, not its attributes'
     assert workload_kind("relax.clip in=[(1, 32, 1, 1)] out=(1, 32, 1, 1)  clamp=('clip', (0.0, 1.0))") == "elementwise"
-    assert workload_kind("relax.concat in=[(1, 8)] out=(1, 16) relax.attrs.ConcatAttrs(axis=1)") == "movement"
+    assert workload_kind("relax.concat in=[(1, 8)] out=(1, 16) relax.attrs.ConcatAttrs(axis=1)") == "copy"
     assert workload_kind("layout_transform (1, 64, 56, 56)|NCHW->NCHW16c") == "transform"
 
 
-def _kinds_net(name, model, kinds, *, conv_ms=1.0, calls_conv=2):
-    """A network with no launch cost whose other kernels of each kind took ``ratio`` times their
-    isolated cold sum ``iso``: ``kinds`` is kind -> (iso, ratio, calls)."""
-    other = {k: (iso, iso, iso, calls, iso * ratio, calls) for k, (iso, ratio, calls) in kinds.items()}
-    oms = sum(v[4] for v in other.values())
-    calls = calls_conv + sum(v[5] for v in other.values())
-    return NetworkObservation(name, model, MiB, conv_ms + oms, calls, conv_ms, oms,
-                              sum(v[0] for v in other.values()), sum(v[1] for v in other.values()),
-                              sum(v[2] for v in other.values()), other)
-
-
-def test_other_kernels_are_priced_by_their_kind_on_a_model_new_to_the_machine():
-    """Residual adds that run 2.5x their isolated time and reshapes the network's fusion makes
-    nearly free: one scale for both prices a new model of only one of them wrongly; a scale per
-    kind prices each (the kinds ran long enough in place to count)."""
-    rng = np.random.default_rng(3)
-    nets, ks = [], []
-    for i, mdl in enumerate(("a", "b", "c")):
-        n = _kinds_net(f"n{i}", mdl, {"elementwise": (1.0, 2.5, 10), "movement": (1.0, 0.1, 10)})
-        nets.append(n)
-        ks += [KernelObservation(n.network, (f"w{i}", "x"), "nchwc", 0.5, 0.4, 0.5)]
-    cal = fit(ks, nets, budget=None, floor=(0.0, 0.0, 0.0))
-    one = cal.other_scale
-    assert 1.0 < one < 1.6                                   # one scale: the mean of the two
-    assert cal.kind_scale["elementwise"] == pytest.approx(2.5, rel=0.05)
-    assert cal.kind_scale["movement"] == pytest.approx(0.1, rel=0.10)
-    assert cal.other("new", 1.0, 1.0, kind="elementwise")[0] == pytest.approx(2.5, rel=0.05)
-    assert cal.other("new", 1.0, 1.0, kind="movement")[0] == pytest.approx(0.1, rel=0.10)
-    # a kind never seen on the machine, or no kind: the every-kind scale
-    assert cal.other("new", 1.0, 1.0, kind="pool")[0] == pytest.approx(one)
-    assert cal.other("new", 1.0, 1.0)[0] == pytest.approx(one)
-    # a model's own kind scale first
-    nets2 = nets + [_kinds_net("n9", "d", {"elementwise": (1.0, 4.0, 10), "movement": (1.0, 0.1, 10)})]
-    cal2 = fit(ks + [KernelObservation("n9", ("w9", "x"), "nchwc", 0.5, 0.4, 0.5)], nets2, budget=None)
-    assert cal2.other("d", 1.0, 1.0, kind="elementwise")[0] == pytest.approx(4.0, rel=0.02)
-    assert cal2.other("a", 1.0, 1.0, kind="elementwise")[0] == pytest.approx(2.5, rel=0.02)
-    # networks stored before kinds were kept teach no kind scale
-    old = [NetworkObservation(n.network, n.model, n.footprint_bytes, n.e2e_ms, n.kernel_calls, n.conv_innet_ms,
-                              n.other_innet_ms, n.other_cold_ms, n.other_warm_ms, n.other_incold_ms) for n in nets]
-    assert fit(ks, old, budget=None).kind_scale == {}
-    del rng
-
-
-def test_a_kind_seen_briefly_leans_on_the_every_kind_scale():
-    """A kind that ran for microseconds in place says little: its machine scale is shrunk
-    towards every kind's together."""
-    nets = [_kinds_net(f"n{i}", m, {"elementwise": (1.0, 1.0, 10), "pool": (0.001, 5.0, 1)})
-            for i, m in enumerate("ab")]
-    ks = [KernelObservation(n.network, ("w", "x"), "nchwc", 0.5, 0.4, 0.5) for n in nets]
-    cal = fit(ks, nets, budget=None)
-    assert 1.0 < cal.kind_scale["pool"] < 1.5 and cal.kind_scale["elementwise"] == pytest.approx(1.0, rel=0.01)
-
-
-def test_in_place_time_of_a_kind_without_an_isolated_counterpart_is_kept():
-    """The network fused a reshape into an elementwise kernel's neighbour: the movement kernel it
-    runs has no isolated snippet; its time goes to the kinds that have one, not lost."""
-    n = NetworkObservation("n", "m", MiB, 4.0, 12, 1.0, 3.0, 1.0, 1.0, 1.0,
-                           {"elementwise": (1.0, 1.0, 1.0, 10, 2.0, 10), "movement": (0.0, 0.0, 0.0, 0, 1.0, 1)})
-    cal = fit([KernelObservation("n", ("w", "x"), "nchwc", 0.5, 0.4, 1.0)], [n], budget=None)
-    assert cal.other("m", 1.0, 1.0, kind="elementwise")[0] == pytest.approx(3.0, rel=1e-6)
-    assert "movement" not in cal.kind_scale
+def test_other_kernels_lose_the_floor_once_per_isolated_snippet_as_the_problem_prices_them():
+    """The Problem prices every non-conv record alone (one floor off each); the fit must divide
+    by the same figure. A network whose fusion ran 77 snippets in 17 calls loses 77 floors, not
+    17; a network stored before snippets were counted by kind falls back to its calls."""
+    from costmodels.calibration import other_unfloored
+    floor = (0.002, 0.001, 0.003)
+    kinds = {"view": (0.5, 0.4, 0.6, 77, 0.05, 17), "pool": (0.1, 0.05, 0.12, 1, 0.2, 1)}
+    n = NetworkObservation("n", "m", MiB, 3.0, 20, 2.0, 0.25, 0.6, 0.45, 0.72, kinds)
+    assert other_unfloored(n, floor, 18) == pytest.approx((0.6 - 78 * 0.002, 0.45 - 78 * 0.001, 0.72 - 78 * 0.003))
+    old = NetworkObservation("n", "m", MiB, 3.0, 20, 2.0, 0.25, 0.6, 0.45, 0.72)
+    assert other_unfloored(old, floor, 18) == pytest.approx((0.6 - 18 * 0.002, 0.45 - 18 * 0.001, 0.72 - 18 * 0.003))
+    # the fit's scale for such a network: in-place time (and its calls' launches) over that
+    cal = fit([KernelObservation("n", ("w", "x"), "nchwc", 0.5, 0.4, 2.0)], [n], budget=None, floor=floor)
+    launch = cal.launch("m")
+    # 19 non-conv calls: 20 in the network, one conv kernel
+    assert cal.model_other_scale["m"] == pytest.approx((0.25 + 19 * launch) / (0.6 - 78 * 0.002), rel=1e-6)
+    # and what the Problem then prices the same records at, one by one, adds up to that time
+    assert sum(cal.other("m", c, w, ic)[0] * count / count for c, w, ic, count in
+               [(0.5 / 77, 0.4 / 77, 0.6 / 77, 1)] * 77 + [(0.1, 0.05, 0.12, 1)]) == pytest.approx(
+        0.25 + 19 * launch, rel=1e-6)
 
 
 def test_other_costs_by_kind_add_up_to_other_costs():
