@@ -113,14 +113,8 @@ def measure_floor_ms(target, threads: int, *, rounds: int = 15, pause_s: float =
     return tuple(float(v) for v in np.median(np.array(got), axis=0))
 
 
-def measure_launch_ms(target, threads: int, *, calls: int = LAUNCH_CALLS, repeats: int = 300) -> float:
-    """What one kernel call costs a Relax VM beyond the kernel: a network of ``calls`` calls of a
-    kernel that does almost nothing (one parallel task per thread, each adding 1 to 256 floats:
-    the thread pool wakes and joins, the VM allocates each output), per call, the lower decile
-    of ``repeats`` runs after a warm-up (a quiet reading, as the kernels' records are). This is
-    the calibration's launch cost before any network of the machine has been timed."""
-    import time
-
+def _launch_vm(target, threads: int, calls: int):
+    """A Relax VM function of ``calls`` calls of :func:`_add_one` and its input (warmed up)."""
     import numpy as np
     import tvm
     from tvm import relax
@@ -138,13 +132,46 @@ def measure_launch_ms(target, threads: int, *, calls: int = LAUNCH_CALLS, repeat
         bb.emit_func_output(out)
     f = relax.VirtualMachine(tvm.compile(bb.get(), target=target), tvm.cpu())["main"]
     xt = tvm.runtime.tensor(np.zeros((threads, n), "float32"))
+    return f, xt
+
+
+def _per_call_ms(f, xt, calls: int, repeats: int, warmup: int) -> float:
+    import time
+
+    import numpy as np
     from .affinity import pinned
     ts = []
     with pinned():               # as the networks' timings are (measure.innet)
-        for _ in range(30):
+        for _ in range(warmup):
             f(xt)
         for _ in range(repeats):
             t = time.perf_counter()
             f(xt)
             ts.append(time.perf_counter() - t)
     return float(np.percentile(ts, 10)) * 1e3 / calls
+
+
+def measure_launch_ms(target, threads: int, *, calls: int = LAUNCH_CALLS, repeats: int = 300) -> float:
+    """What one kernel call costs a Relax VM beyond the kernel: a network of ``calls`` calls of a
+    kernel that does almost nothing (one parallel task per thread, each adding 1 to 256 floats:
+    the thread pool wakes and joins, the VM allocates each output), per call, the lower decile
+    of ``repeats`` runs after a warm-up (a quiet reading, as the kernels' records are). This is
+    the calibration's launch cost before any network of the machine has been timed."""
+    f, xt = _launch_vm(target, threads, calls)
+    return _per_call_ms(f, xt, calls, repeats, 30)
+
+
+class HandoffProbe:
+    """The launch probe's network compiled once, read again and again: what a kernel call costs
+    the thread pool right now. On a 2-vCPU Zen 5 VM it read 1.7-2.0 us for hours and 0.55 us for
+    others, with the same FMA peak: the hand-off between the two vCPUs, which a mobile network of
+    90-120 small kernels pays hundreds of times per call (ShuffleNetV2 2.0 against 1.0 ms).
+    The closed loop reads it around every in-place timing session (``Round.handoff_us``)."""
+
+    def __init__(self, target, threads: int, calls: int = LAUNCH_CALLS):
+        self.calls = calls
+        self._f, self._xt = _launch_vm(target, threads, calls)
+
+    def __call__(self, repeats: int = 40) -> float:
+        """Microseconds per call now (lower decile of ``repeats`` runs, a few ms in all)."""
+        return _per_call_ms(self._f, self._xt, self.calls, repeats, 5) * 1e3

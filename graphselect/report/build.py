@@ -96,6 +96,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
             "fastest": b.label == fastest, "footprint_bytes": iso.footprint(b.choice)})
     rounds = [{"round": r.index, "solution": r.solution, "new": list(r.new), "calibration": _rounded(r.calibration),
                "error_budget": _r(r.error_budget, 6), "errors_vs_fp32": _rounded(r.errors),
+               "handoff_us": _r(r.handoff_us, 3),
                # every network timed after the round's solve; "new" ones were predicted before they
                # were built (a prediction), the others after an earlier round had timed them (agreement)
                "networks": [{"label": lb, "predicted_ms": _r(p), "measured_ms": _r(r.measured_ms.get(lb)),

@@ -50,6 +50,9 @@ class Round:
     new: tuple[str, ...]               # labels built in this round
     error_budget: float | None = None  # the estimated-error budget this round solved with (--precision auto)
     errors: dict = field(default_factory=dict)   # label -> measured relative error against fp32 (new ones)
+    # the thread pool's hand-off per kernel call around the round's in-place timing (us; the
+    # mean of a reading before and one after; None: not timed here): the host's state
+    handoff_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     converged = False
     x = inputs(imported)
     probe = load_probe(s, store) if s.max_rounds else None
+    handoff = _handoff_probe(s) if s.max_rounds else None
     acc = _Accuracy(s, x, reference_for(imported, s, x)) if s.precision != "fp32" else None
     if acc is not None:
         known = [c for c in known if isolated.error(c) <= (acc.budget() or float("inf"))]
@@ -206,7 +210,9 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                 break
             continue                    # auto: the solver's network missed the tolerance; solve again, tighter
         s.progress("loop", r, s.max_rounds, f"round {r}: timing {len(built)} network(s) kernel by kernel")
+        hand = handoff() if handoff is not None else None
         timed = _time(built, x, s, probe)
+        hand = (hand + handoff()) / 2 if handoff is not None else None
         innet.update(timed)
         fresh_nets, fresh_k = [], []
         for b in built:
@@ -223,7 +229,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         nets, kobs = fresh_nets + nets, fresh_k + kobs          # newest first, as the store keeps them
         cal = _fit(nets, kobs, measured, m)
         rounds.append(Round(r, used, label, predicted, {lb: t.e2e_ms for lb, t in timed.items()},
-                            tuple(lb for lb, _ in want), budget, errors))
+                            tuple(lb for lb, _ in want), budget, errors, hand))
     if probe is not None:
         keep_quiet(s, store, probe)
     prob = problem(imported, measured, m, cal, acc.budget() if acc is not None else None)
@@ -339,6 +345,14 @@ def _indices(plan, named) -> list[tuple[int, ...]]:
         if len(names) == len(index) and all(nm in ix for nm, ix in zip(names, index)):
             out.append(tuple(ix[nm] for nm, ix in zip(names, index)))
     return out
+
+
+def _handoff_probe(s: Settings):
+    """``measure.peak.HandoffProbe`` where the networks are timed here (None on an RPC device)."""
+    if s.remote:
+        return None
+    from ..measure.peak import HandoffProbe
+    return HandoffProbe(s.target, s.spec.threads)
 
 
 def _time(built: list[Built], x, s: Settings, probe) -> dict:

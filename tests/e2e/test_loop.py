@@ -78,6 +78,11 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     assert abs(sel.problem.evaluate(final.choice) - sel.innet[final.label].e2e_ms) < 0.02
     assert r.report["max_rel_err"] <= 1e-4
     assert r.report["loop"]["rounds"][0]["networks"] and r.report["calibration"]["networks"] >= 2
+    # every round that timed networks in place read the thread pool's hand-off around it; the
+    # round that found nothing new to build timed nothing and has none
+    timed_rounds = [x for x in r.report["loop"]["rounds"] if any(n["measured_ms"] for n in x["networks"])]
+    assert timed_rounds and all(0 < x["handoff_us"] < 1e3 for x in timed_rounds)
+    assert all(x["handoff_us"] is None for x in r.report["loop"]["rounds"] if x not in timed_rounds)
     # each round records the calibration it solved with: round 0 on a fresh store the prior (no
     # network), round 1 what round 0's networks taught
     assert [x.calibration["networks"] for x in sel.rounds[:2]] == [0, len(sel.rounds[0].new)]

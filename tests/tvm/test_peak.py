@@ -85,3 +85,14 @@ def test_floor_probe_is_plausible_and_stored_once(tmp_path):
     assert timing_floor(store, threads=2, cpu="cpuA", isa="x", measure=measure) == (0.001234, 0.0011, 0.0015)
     timing_floor(store, threads=1, cpu="cpuA", isa="x", measure=measure)
     assert len(calls) == 2
+
+
+def test_handoff_probe_reads_the_launch_probes_network_again_and_again():
+    """Compiled once, read in a few milliseconds: microseconds per kernel call, the same quantity
+    as the launch probe (both read the quiet lower decile of one network; loose bounds only)."""
+    target = parse_target("llvm", threads=2).tvm_target()
+    h = peak.HandoffProbe(target, 2, calls=16)
+    reads = [h(repeats=20) for _ in range(3)]
+    assert all(0 < r < 1000 for r in reads)
+    launch_us = peak.measure_launch_ms(target, 2, calls=16, repeats=40) * 1e3
+    assert 0.1 < min(reads) / launch_us < 10
