@@ -145,6 +145,9 @@ class NetworkObservation:
     # the same by kind (op_kind): kind -> (isolated cold, warm, in-cold sums, isolated snippets,
     # in-network ms, in-network calls); empty for a network stored before kinds were kept
     other_kinds: Mapping[str, tuple[float, float, float, int, float, int]] = field(default_factory=dict)
+    # the thread pool's hand-off per kernel call around its timing session (us; None: not read):
+    # the host's state (measure.peak.HandoffProbe), kept so that a fit can tell states apart
+    handoff_us: float | None = None
 
     @property
     def other_incold(self) -> float:

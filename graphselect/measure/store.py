@@ -7,7 +7,8 @@ interrupted run keeps what it measured; WAL mode lets a reader and a writer coex
 version is part of the table names.
 
 Beside the isolated records the store keeps what built networks showed (``networks_v3``: one
-row per built network, its other kernels by kind since 2026-12-03; ``innet_v2``: its conv
+row per built network, its other kernels by kind and the thread pool's hand-off read around
+its timing since 2026-12-03; ``innet_v2``: its conv
 kernels' in-network times), from which
 ``costmodels.calibration.fit`` calibrates this machine; they are keyed by the same context, so
 another CPU, thread count or TVM version starts uncalibrated.
@@ -105,10 +106,13 @@ class RecordStore:
             f"CREATE TABLE IF NOT EXISTS {NETWORKS} (network TEXT PRIMARY KEY, model TEXT, {ctx_cols}, "
             "footprint INTEGER, e2e_ms REAL, kernel_calls INTEGER, conv_innet_ms REAL, other_innet_ms REAL, "
             "other_cold_ms REAL, other_warm_ms REAL, content TEXT, choice TEXT, created REAL, other_incold_ms REAL, "
-            "other_kinds TEXT)")
-        # stores made before the other kernels were kept by kind: their rows read as no kinds
-        if "other_kinds" not in {r[1] for r in self._db.execute(f"PRAGMA table_info({NETWORKS})")}:
-            self._db.execute(f"ALTER TABLE {NETWORKS} ADD COLUMN other_kinds TEXT")
+            "other_kinds TEXT, handoff_us REAL)")
+        # stores made before the other kernels were kept by kind, or the hand-off read: their
+        # rows read as no kinds and no hand-off
+        have = {r[1] for r in self._db.execute(f"PRAGMA table_info({NETWORKS})")}
+        for col, typ in (("other_kinds", "TEXT"), ("handoff_us", "REAL")):
+            if col not in have:
+                self._db.execute(f"ALTER TABLE {NETWORKS} ADD COLUMN {col} {typ}")
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {INNET} (network TEXT, workload TEXT, candidate TEXT, family TEXT, "
             "cold_ms REAL, warm_ms REAL, innet_ms REAL, incold_ms REAL)")
@@ -188,11 +192,12 @@ class RecordStore:
         option name of every layer: option indices differ between option lists)."""
         with self._db:
             self._db.execute(
-                f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO {NETWORKS} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (net.network, net.model, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, net.footprint_bytes, net.e2e_ms,
                  net.kernel_calls, net.conv_innet_ms, net.other_innet_ms, net.other_cold_ms, net.other_warm_ms,
                  content, json.dumps([str(c) for c in choice]) if choice else "", time.time(),
-                 net.other_incold_ms, json.dumps({k: list(v) for k, v in net.other_kinds.items()})))
+                 net.other_incold_ms, json.dumps({k: list(v) for k, v in net.other_kinds.items()}),
+                 net.handoff_us))
             self._db.execute(f"DELETE FROM {INNET} WHERE network=?", (net.network,))
             self._db.executemany(
                 f"INSERT INTO {INNET} VALUES (?,?,?,?,?,?,?,?)",
@@ -203,9 +208,10 @@ class RecordStore:
         """The newest ``limit`` built networks of this context and their kernels."""
         rows = self._db.execute(
             f"SELECT network, model, footprint, e2e_ms, kernel_calls, conv_innet_ms, other_innet_ms, other_cold_ms, "
-            f"other_warm_ms, other_incold_ms, other_kinds FROM {NETWORKS} WHERE target=? AND cpu=? AND threads=? "
-            "AND tvm=? ORDER BY created DESC LIMIT ?", (ctx.target, ctx.cpu, ctx.threads, ctx.tvm, limit)).fetchall()
-        nets = [NetworkObservation(*r[:-1], other_kinds=_kinds(r[-1])) for r in rows]
+            f"other_warm_ms, other_incold_ms, other_kinds, handoff_us FROM {NETWORKS} WHERE target=? AND cpu=? "
+            "AND threads=? AND tvm=? ORDER BY created DESC LIMIT ?",
+            (ctx.target, ctx.cpu, ctx.threads, ctx.tvm, limit)).fetchall()
+        nets = [NetworkObservation(*r[:-2], other_kinds=_kinds(r[-2]), handoff_us=r[-1]) for r in rows]
         kernels = []
         for n in nets:
             for wl, cand, fam, cold, warm, t, incold in self._db.execute(

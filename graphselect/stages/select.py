@@ -222,7 +222,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                 unfitted.add(b.label)
                 continue
             unfitted.discard(b.label)
-            net, ks = _observe(imported, measured, isolated, b, timed[b.label], s)
+            net, ks = _observe(imported, measured, isolated, b, timed[b.label], s, hand)
             store.put_network(s.ctx, net, ks, content=imported.content_key, choice=_names(measured.plan, b.choice))
             fresh_nets.append(net)
             fresh_k.extend(ks)
@@ -391,8 +391,10 @@ def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True):
     return out
 
 
-def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing, s: Settings):
-    """What one timed network tells the calibration: the network and its conv kernels."""
+def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing, s: Settings,
+             handoff_us: float | None = None):
+    """What one timed network tells the calibration: the network and its conv kernels
+    (``handoff_us``: the hand-off read around its timing session)."""
     from dataclasses import replace
     from costmodels.calibration import KernelObservation, NetworkObservation, op_kind
     from costmodels.table import other_costs_by_kind
@@ -419,7 +421,7 @@ def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing,
     net_id = f"{imported.model_key}:{abs(hash(b.choice)) % 10**12}:{time.time_ns()}"
     net = NetworkObservation(net_id, imported.model_key, isolated.footprint(b.choice), timing.e2e_ms,
                              len(timing.calls), conv_ms, timing.kernel_ms - conv_ms, other_cold, other_warm,
-                             other_incold, kinds)
+                             other_incold, kinds, handoff_us)
     return net, [replace(k, network=net_id) for k in kernels]
 
 

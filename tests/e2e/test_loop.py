@@ -107,6 +107,8 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     nets, _ = store.networks(settings.settings(cache=path).ctx)
     store.close()
     assert nets and all(n.other_kinds for n in nets)
+    # ... and with the hand-off read around the session that timed it
+    assert {round(n.handoff_us, 3) for n in nets} <= {x["handoff_us"] for x in timed_rounds}
     for n in nets:
         kinds = n.other_kinds
         assert sum(v[4] for v in kinds.values()) == pytest.approx(n.other_innet_ms)

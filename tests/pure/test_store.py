@@ -186,7 +186,7 @@ def test_network_observations_roundtrip_per_context(tmp_path):
     assert s.forget_networks(CTX) == 1 and s.networks(CTX) == ([], [])
 
 
-def test_network_other_kinds_roundtrip_and_old_rows_read_without_kinds(tmp_path):
+def test_network_other_kinds_and_handoff_roundtrip_and_old_rows_read_without_them(tmp_path):
     import sqlite3
 
     from costmodels.calibration import NetworkObservation
@@ -203,9 +203,10 @@ def test_network_other_kinds_roundtrip_and_old_rows_read_without_kinds(tmp_path)
     db.close()
     s = RecordStore(tmp_path / "r.sqlite")
     kinds = {"elementwise": (0.2, 0.1, 0.3, 4, 0.5, 4), "transform": (0.05, 0.05, 0.06, 1, 0.0, 0)}
-    new = NetworkObservation("new", "m", 1, 2.0, 3, 1.0, 0.5, 0.25, 0.15, 0.36, kinds)
+    new = NetworkObservation("new", "m", 1, 2.0, 3, 1.0, 0.5, 0.25, 0.15, 0.36, kinds, 0.55)
     s.put_network(CTX, new, [])
     nets, _ = s.networks(CTX)
     assert [n.network for n in nets] == ["new", "old"]
     assert nets[0] == new and nets[0].other_kinds == kinds
     assert nets[1].other_kinds == {} and nets[1].other_incold_ms == 0.45
+    assert nets[0].handoff_us == 0.55 and nets[1].handoff_us is None
