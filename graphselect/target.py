@@ -182,6 +182,30 @@ def cpu_model() -> str:
     return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
+def cpu_id() -> str:
+    """The marketing name with the x86 family and model where /proc/cpuinfo has them: what the
+    machine probes that do not depend on the target (BLAS throughput, copy bandwidth, cache
+    residency; ``hardware.json``) are kept under. "AMD EPYC" alone names Zen 3, 4 and 5 alike.
+
+    >>> cpu_id().startswith(cpu_model())
+    True
+    """
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    if fields:
+                        break              # the first processor's block is enough
+                    continue
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    fam, model = fields.get("cpu family"), fields.get("model")
+    return f"{cpu_model()} (family {fam} model {model})" if fam and model else cpu_model()
+
+
 def runtime_tag(version: str) -> str:
     """The TVM runtime a timing depends on (part of the record key): the version and the thread
     pool's spin count, which decides whether workers sleep between kernels (graphselect sets

@@ -33,5 +33,5 @@ def _machine_facts(request):
         got = json.loads(hw.read_text())
     except (OSError, ValueError):
         return
-    from graphselect.target import cpu_model
-    _FACTS.update({k: v for k, v in got.items() if cpu_model() in k.split("|")})
+    from graphselect.target import cpu_id, cpu_model
+    _FACTS.update({k: v for k, v in got.items() if {cpu_model(), cpu_id()} & set(k.split("|"))})

@@ -18,6 +18,7 @@ def machine(s: Settings, store) -> Machine:
     from costmodels.hardware import (detect, fma_peak, launch_cost, residency, residency_budget, throughput,
                                      timing_floor)
     from ..measure.peak import measure_floor_ms, measure_launch_ms, measure_peak_gflops
+    from ..target import cpu_id, cpu_model
     hw = detect()
     if s.cache_budget == "auto":
         budget = residency_budget(hw)
@@ -30,7 +31,10 @@ def machine(s: Settings, store) -> Machine:
     steps = ()
     launch, floor = 0.0, (0.0, 0.0, 0.0)
     if store.path is not None:     # peak FLOP/s, bandwidth, residency steps: measured once per CPU and threads
-        tp = throughput(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu)
+        # BLAS throughput, bandwidth and residency do not depend on the target: kept under the CPU's
+        # family and model too (the marketing name alone names several generations)
+        cpu = cpu_id() if s.ctx.cpu == cpu_model() else s.ctx.cpu
+        tp = throughput(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=cpu)
         peak = fma_peak(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
                         isa=s.spec.key, measure=lambda: measure_peak_gflops(s.target, s.spec.threads))
         launch = launch_cost(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
@@ -41,7 +45,7 @@ def machine(s: Settings, store) -> Machine:
         hardware.update(peak_gflops=peak, blas_gflops=tp.peak_gflops, bandwidth_gbs=tp.bandwidth_gbs,
                         launch_us=round(launch * 1e3, 2), floor_us=[round(f * 1e3, 2) for f in floor])
         if s.cache_budget == "auto" and budget:
-            res = residency(store.path.parent / "hardware.json", budget, threads=s.spec.threads, cpu=s.ctx.cpu)
+            res = residency(store.path.parent / "hardware.json", budget, threads=s.spec.threads, cpu=cpu)
             steps = tuple(res.steps)
             hardware["residency_steps"] = [list(st) for st in res.steps]
     return Machine(budget, steps, hardware, launch, floor)
