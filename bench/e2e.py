@@ -221,6 +221,7 @@ def main():
                                 "graphselect_isolated": rep["isolated_predicted_e2e_ms"],
                                 "greedy": prob.evaluate(sel.greedy.choice), "uniform": prob.evaluate(unis[ub])},
                "optimize_check_ms": {"median": rep["measured_e2e_ms"], "quiet": rep["measured_quiet_ms"]},
+               "check_handoff_us": rep.get("check_handoff_us"),
                # how the returned assignment compares with the fastest optimize built (> 1: slower)
                "returned_over_fastest": round(1.0 / fastest["relative_to_chosen"], 4)
                if fastest["relative_to_chosen"] else None,

@@ -150,6 +150,8 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         if checked.versus_ort is not None else None,
         # the returned network as a user calls it (OptimizeResult.run: numpy in, outputs copied)
         "measured_user_ms": _r(checked.user_ms), "ratio_to_onnxruntime_user": _r(checked.user_ratio),
+        # the host's state while the check ran (before, after): the thread pool's hand-off, us per call
+        "check_handoff_us": [_r(h, 3) for h in checked.handoff_us] if checked.handoff_us else None,
         "layout_transforms": count_transforms(chosen.module),
         "max_rel_err": checked.errors.get(chosen.label),
         "precision": _precision(settings, acc, checked, layers, chosen.label),

@@ -150,6 +150,9 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
                         + (f"; as a user calls it (numpy in, outputs copied) {_ms(report.get('measured_user_ms'))}, "
                            f"ratio {report['ratio_to_onnxruntime_user']:.2f}x"
                            if _num(report.get("ratio_to_onnxruntime_user")) else "")),
+        *([("host state", "thread pool hand-off {:.2f} / {:.2f} us per kernel call before / after the timing "
+                          "(it moves small-kernel networks and onnxruntime up to 2x on shared VMs)"
+            .format(*report["check_handoff_us"]))] if _num_pair(report.get("check_handoff_us")) else []),
         ("solver", _solver(report)),
         ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
         ("max rel err", (f"{err:.2e}" if _num(err) else MISSING)
@@ -174,6 +177,10 @@ def _precision(report: dict) -> str:
     within = {True: "within", False: "OVER"}.get(p.get("within_tolerance"), MISSING)
     return (f"{_s(p.get('mode'))}: {layers} conv layers; error {within} the tolerance {_s(p.get('tolerance'))}"
             f"{worst}{top1}")
+
+
+def _num_pair(v) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) == 2 and all(_num(x) for x in v)
 
 
 def _breakdown(report: dict) -> str:

@@ -30,6 +30,9 @@ class Checked:
     samples: dict | None = None        # lower precision: the returned network on SAMPLES inputs (agreement())
     user_ms: float | None = None       # the returned network as a user calls it (numpy in, outputs copied)
     user_ratio: float | None = None    # ... against onnxruntime's run (which converts and copies too)
+    # the thread pool's hand-off per kernel call read before and after the timing (us; None: not
+    # read here): the host's state, which moves mobile networks and onnxruntime up to 2x
+    handoff_us: tuple[float, float] | None = None
 
 
 USER = "user call"    # the returned network timed as a user calls it, beside the bare call
@@ -78,12 +81,15 @@ def checked(imported: Imported, built: list[Built], chosen: str, s: Settings, st
     if not s.benchmark_runs:
         return Checked(errs, None, None, {}, ref.name if ref else "", ref.why if ref else "", samples)
     from ..measure.e2e import compare, ort_runner
+    from ..measure.peak import HandoffProbe
     versus = ref.timeable and not s.remote
     s.progress("benchmark", 0, 1, f"timing end to end ({len(built)} network(s)"
                + (", then against onnxruntime)" if versus else ")"))
     probe = load_probe(s, store) if store is not None else None
     quiet = probe.quiet if probe is not None else None
     fns = {b.label: nets[b.label].runner(xs) for b in built}
+    handoff = None if s.remote else HandoffProbe(s.target, s.spec.threads)
+    hand = handoff() if handoff is not None else None
     ts = compare(fns, runs=s.benchmark_runs, quiet=quiet, waits=6, seconds=CHECK_SECONDS) \
         if len(fns) > 1 or not versus else None
     vs = None
@@ -98,7 +104,8 @@ def checked(imported: Imported, built: list[Built], chosen: str, s: Settings, st
     if vs is not None:
         measured["onnxruntime"] = vs.median("onnxruntime")
     user = (vs.median(USER), vs.ratio(USER, "onnxruntime")) if vs is not None else (None, None)
-    return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why, samples, *user)
+    hands = (hand, handoff()) if handoff is not None else None
+    return Checked(errs, ts if ts is not None else vs, vs, measured, ref.name, ref.why, samples, *user, hands)
 
 
 SAMPLES = 8            # inputs a lower-precision network's error and top-1 agreement are measured on

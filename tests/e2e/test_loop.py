@@ -92,6 +92,8 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     assert sel.before["cp-sat"].basis == "new model" and sel.before["cp-sat"].round == 0
     assert sel.before[final.label].basis == "new network" and sel.before[final.label].round >= 1
     rep = r.report
+    # the end-to-end check read the host's state before and after it timed
+    assert len(rep["check_handoff_us"]) == 2 and all(0 < h < 1e3 for h in rep["check_handoff_us"])
     assert rep["prediction"]["predicted_ms"] == round(sel.before[final.label].ms, 4)
     want = (sel.before[final.label].ms - rep["measured_e2e_ms"]) / rep["measured_e2e_ms"]
     assert abs(rep["prediction_error"] - want) < 1e-3

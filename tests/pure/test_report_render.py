@@ -470,3 +470,7 @@ def test_terminal_names_the_rule_and_shows_only_predictions_made_before_the_buil
     r["measured_user_ms"], r["ratio_to_onnxruntime_user"] = 0.612, 0.873
     assert "as a user calls it (numpy in, outputs copied) 0.612 ms, ratio 0.87x" in summary_table(r, width=200)
     assert "0.873×" in render_html(r)
+    # the host's state during the check, when it was read
+    assert "host state" not in summary_table(r, width=200)
+    r["check_handoff_us"] = [0.556, 1.871]
+    assert "hand-off 0.56 / 1.87 us per kernel call" in summary_table(r, width=200)
