@@ -43,7 +43,7 @@ def main():
     import graphselect
     import models
     from graphselect.measure.affinity import pinned
-    from graphselect.measure.e2e import ort_session
+    from graphselect.measure.e2e import ort_session, time_calls
     from graphselect.measure.local import LoadProbe
     from graphselect.measure.peak import HandoffProbe
     from graphselect.stages.settings import settings
@@ -65,13 +65,9 @@ def main():
         nets[name] = ((lambda f, x: lambda: f(x))(f, x), (lambda sess, feed: lambda: sess.run(None, feed))(sess, feed))
 
     def block(fn):
-        fn()
-        ts = []
-        for _ in range(a.block):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        return float(np.median(ts)) * 1e3
+        """Median ms of a block of calls after one warm-up, the calling thread pinned as
+        ``measure.e2e.compare`` pins it for both runtimes."""
+        return float(np.median(time_calls(fn, a.block, warmup=1)))
 
     rows = []
     t0 = time.time()
@@ -79,8 +75,7 @@ def main():
         start = time.time()
         row = {"t_s": round(start - t0, 1), "handoff_us": handoff()}
         for name, (gs, ort) in nets.items():
-            with pinned():
-                row[f"{name} graphselect ms"] = block(gs)
+            row[f"{name} graphselect ms"] = block(gs)
             time.sleep(0.6)                 # TVM's spinning workers outlast a call by ~0.55 s
             row[f"{name} onnxruntime ms"] = block(ort)
             time.sleep(0.3)
