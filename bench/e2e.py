@@ -28,7 +28,12 @@ medians); ratios are medians over rounds of the ratio within the round (to onnxr
 peer's ratio to graphselect times graphselect's to onnxruntime), so a slow spell of the machine
 between rounds does not move them. Per model the row also records what optimize itself saw: its calibrated
 prediction, its end-to-end check (median and quiet rounds), and how the returned assignment
-compares, round by round, with the fastest assignment optimize built and timed. Results:
+compares, round by round, with the fastest assignment optimize built and timed. Each round of
+the graphselect / onnxruntime comparison begins with a reading of the thread pool's hand-off
+(``measure.peak.HandoffProbe``, the host's state: on a 2-vCPU Zen 5 VM it moved ShuffleNetV2 2x),
+and the ratio is also given over the rounds of low and of high hand-off (split at 1.5x the run's
+lowest reading; a run spent in one state has only "low" rounds, and the readings' range says
+which state that was). Results:
 printed, and saved under bench/results/ with the CPU's name.
 """
 from __future__ import annotations
@@ -120,6 +125,7 @@ def main():
 
     rows = []
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    handoff = None          # the host's state per round of the graphselect / onnxruntime comparison
     for name in a.models:
         t0 = time.perf_counter()
         if name in models.ZOO:
@@ -148,6 +154,9 @@ def main():
         unis = {b: uniform_choice(iso, lg, plan, b) for b in (16, 32)}
         ub = min(unis, key=lambda b: iso.evaluate(unis[b]))
         s = settings.settings(threads=a.threads, benchmark_runs=0)
+        if handoff is None:
+            from graphselect.measure.peak import HandoffProbe
+            handoff = HandoffProbe(s.target, a.threads)
         imported, measured = ex["imported"], ex["measured"]
         greedy = next((b for b in sel.built if b.choice == tuple(sel.greedy.choice)), None) or \
             build.build(imported, measured, "greedy", sel.greedy, s)
@@ -161,10 +170,19 @@ def main():
         # spinning threads slow the other's calls)
         ts = compare(fns, runs=a.runs, seconds=3.0)
         vs = compare({"graphselect": fns["graphselect"], "onnxruntime": ort_runner(sess, {res.input_name: x})},
-                     runs=a.runs)
+                     runs=a.runs, state=handoff)
         t = {k: ts.median(k) for k in fns} | {"onnxruntime": vs.median("onnxruntime")}
         quiet = {k: _quiet(ts.ms[k]) for k in fns} | {"onnxruntime": _quiet(vs.ms["onnxruntime"])}
         to_ort = vs.ratio("graphselect", "onnxruntime")
+        # the host's state per round (the thread pool's hand-off): the ratio in each state, split
+        # at 1.5x the lowest reading of the run (on the Zen 5 VM: 0.56 against 1.87 us)
+        # (relative to this run: a run spent in one state has all its rounds "low"; the range says which)
+        cut = 1.5 * min(vs.state)
+        low, high = vs.by_state(cut)
+        by_state = {"cut_us": round(cut, 3), "rounds": [len(low), len(high)],
+                    "handoff_us": [round(min(vs.state), 3), round(max(vs.state), 3)],
+                    "low": vs.ratio("graphselect", "onnxruntime", low) if low else None,
+                    "high": vs.ratio("graphselect", "onnxruntime", high) if high else None}
         ratio = {k: ts.ratio(k, "graphselect") * to_ort for k in fns} | {"onnxruntime": 1.0}
 
         def versus(peer: str, fn):
@@ -221,7 +239,7 @@ def main():
                                 "graphselect_isolated": rep["isolated_predicted_e2e_ms"],
                                 "greedy": prob.evaluate(sel.greedy.choice), "uniform": prob.evaluate(unis[ub])},
                "optimize_check_ms": {"median": rep["measured_e2e_ms"], "quiet": rep["measured_quiet_ms"]},
-               "check_handoff_us": rep.get("check_handoff_us"),
+               "check_handoff_us": rep.get("check_handoff_us"), "ratio_to_ort_by_state": by_state,
                # how the returned assignment compares with the fastest optimize built (> 1: slower)
                "returned_over_fastest": round(1.0 / fastest["relative_to_chosen"], 4)
                if fastest["relative_to_chosen"] else None,
@@ -270,7 +288,19 @@ def _line(r):
                                           for k in PEERS if k in r["ms"])
             + f"  [predicted before built {_before(r)}, {100 * _oos(r):+.1f}% vs quiet; "
               f"first prediction {100 * _first(r):+.1f}% in place; "
-              f"returned/fastest built {r['returned_over_fastest']}; optimize {r['optimize_s']:.0f} s]")
+              f"returned/fastest built {r['returned_over_fastest']}; optimize {r['optimize_s']:.0f} s; "
+              f"x ORT in the rounds of low / high hand-off {_by_state(r)}]")
+
+
+def _by_state(r) -> str:
+    """graphselect / onnxruntime in the rounds of the run's low hand-off and of its high one (over
+    1.5x the lowest), the rounds of each and the readings' range."""
+    b = r.get("ratio_to_ort_by_state")
+    if not b:
+        return "—"
+    f = lambda v: f"{v:.3f}" if v is not None else "—"     # noqa: E731
+    return (f"{f(b['low'])} / {f(b['high'])} ({b['rounds'][0]}/{b['rounds'][1]} rounds, "
+            f"{b['handoff_us'][0]:.2f}-{b['handoff_us'][1]:.2f} us)")
 
 
 def _before(r) -> str:
@@ -311,8 +341,8 @@ def _table(rows):
                   "in place | final objective: agreement vs quiet | "
                   "returned / fastest built | rounds | optimize s (measure, select) | max rel err | OpenVINO x ORT | "
                   "DeepSparse x ORT | precision (lower-precision layers) | graphselect fp32 x ORT | OpenVINO default x ORT | "
-                  "ORT fp32 x ORT |",
-                  "|" + "---|" * 21]
+                  "ORT fp32 x ORT | x ORT, rounds of low / high hand-off (rounds, us) |",
+                  "|" + "---|" * 22]
         for r in rows:
             p = r["predicted_ms"]["graphselect"]
             st = r.get("stage_seconds") or {}
@@ -334,7 +364,8 @@ def _table(rows):
                 + (f"{r['ratio_to_ort']['openvino-default']:.3f} ({r['peer_precision'].get('openvino-default')}) | "
                    if "openvino-default" in r["ratio_to_ort"] else "— | ")
                 + (f"{r['ratio_to_ort']['onnxruntime-fp32']:.3f} | " if "onnxruntime-fp32" in r["ratio_to_ort"]
-                   else "— | "))
+                   else "— | ")
+                + f"{_by_state(r)} |")
         oos = [abs(e) for e in map(_oos, rows) if np.isfinite(e)]
         first = [abs(e) for e in map(_first, rows) if np.isfinite(e)]
         # a first prediction made on a machine some other model calibrated (its round 0 saw built

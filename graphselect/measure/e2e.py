@@ -57,8 +57,15 @@ BLOCK_CALLS = 5      # calls per block; runs // BLOCK_CALLS rounds (at least 3)
 @dataclass(frozen=True)
 class Rounds:
     """Per-call milliseconds of several functions timed in interleaved rounds:
-    ``ms[name][r]`` holds the calls of round ``r``."""
+    ``ms[name][r]`` holds the calls of round ``r``; ``state[r]``, when given, what the state
+    probe read as round ``r`` began (the thread pool's hand-off, us per kernel call)."""
     ms: dict[str, list[list[float]]]
+    state: tuple[float, ...] | None = None
+
+    def by_state(self, cut: float) -> tuple[list[int], list[int]]:
+        """The rounds whose state reading was at or below ``cut``, and the others."""
+        st = self.state or ()
+        return [r for r, v in enumerate(st) if v <= cut], [r for r, v in enumerate(st) if v > cut]
 
     def calls(self, name: str) -> list[float]:
         return [t for block in self.ms[name] for t in block]
@@ -66,10 +73,13 @@ class Rounds:
     def median(self, name: str) -> float:
         return median(self.calls(name))
 
-    def ratio(self, name: str, reference: str) -> float:
-        """Median over rounds of (block median of ``name``) / (block median of ``reference``):
-        > 1 when ``name`` is slower."""
-        return median([median(a) / median(b) for a, b in zip(self.ms[name], self.ms[reference])])
+    def ratio(self, name: str, reference: str, rounds=None) -> float:
+        """Median over rounds (all, or those indexed by ``rounds``) of (block median of ``name``) /
+        (block median of ``reference``): > 1 when ``name`` is slower."""
+        pairs = list(zip(self.ms[name], self.ms[reference]))
+        if rounds is not None:
+            pairs = [pairs[r] for r in rounds]
+        return median([median(a) / median(b) for a, b in pairs])
 
     def fastest(self, names) -> str:
         """The function with the smallest median over rounds of its block median relative to the
@@ -86,7 +96,8 @@ class Rounds:
 
 def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int = BLOCK_CALLS,
             pause: float = PAUSE_S, quiet: Callable[[], bool] | None = None, waits: int = 20,
-            seconds: float = 0.0, max_rounds: int = 40, warmup_s: float = WARMUP_S) -> Rounds:
+            seconds: float = 0.0, max_rounds: int = 40, warmup_s: float = WARMUP_S,
+            state: Callable[[], float] | None = None) -> Rounds:
     """Time every function ``runs`` times (at least): rounds of one ``block``-call block per
     function, the order reversed every other round. ``pause`` seconds idle come before the first
     block and before every block whose runtime is not the previous block's: a function's
@@ -97,12 +108,15 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
     the timing (pauses not counted) has taken less than ``seconds``. Each block warms up with one
     call and more until ``warmup_s`` has passed (:func:`time_calls`). A function with a
     ``time_block(runs, warmup=, warmup_s=)`` method (a runtime in another process, which times
-    its own calls) is asked for its block's per-call times instead."""
+    its own calls) is asked for its block's per-call times instead. ``state`` (e.g.
+    ``measure.peak.HandoffProbe``, a TVM kernel like the load probe) is read as each round begins,
+    after the load probe: ``Rounds.state``."""
     rounds = max(3, -(-runs // block))
     per = max(1, -(-runs // rounds))
     out: dict[str, list[list[float]]] = {k: [] for k in fns}
     names = list(fns)
     runtime = {k: getattr(f, "runtime", k) for k, f in fns.items()}
+    states: list[float] = []
     from .affinity import pinned
     with pinned():        # the calling thread off the pool workers' cores (measure.affinity)
         last = None
@@ -117,6 +131,9 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
                     waits -= 1
                     time.sleep(0.5)
                 last = "tvm"          # the probe is a TVM kernel: its workers spin like a network's
+            if state is not None:
+                states.append(float(state()))
+                last = "tvm"
             for k in (names if r % 2 == 0 else names[::-1]):
                 if runtime[k] != last:
                     time.sleep(pause)
@@ -126,7 +143,7 @@ def compare(fns: dict[str, Callable[[], object]], *, runs: int = 30, block: int 
                 out[k].append(block_timer(per, warmup=1, warmup_s=warmup_s) if block_timer is not None
                               else _calls(fns[k], per, 1, warmup_s))
                 timed += time.perf_counter() - t0
-    return Rounds(out)
+    return Rounds(out, tuple(states) if state is not None else None)
 
 
 def median(ts: list[float]) -> float:

@@ -96,3 +96,20 @@ def test_handoff_probe_reads_the_launch_probes_network_again_and_again():
     assert all(0 < r < 1000 for r in reads)
     launch_us = peak.measure_launch_ms(target, 2, calls=16, repeats=40) * 1e3
     assert 0.1 < min(reads) / launch_us < 10
+
+
+def test_compare_labels_each_round_with_the_state_probe():
+    """``e2e.compare(state=...)`` reads the probe as each round begins; ratios can be taken over
+    the rounds of one state."""
+    from graphselect.measure.e2e import compare
+    reads = iter([0.5, 2.0, 0.6, 1.9, 0.5, 2.1])
+    calls = {"a": 0}
+
+    def fa():
+        calls["a"] += 1
+    r = compare({"a": fa, "b": lambda: None}, runs=6, block=1, pause=0.0, state=lambda: next(reads))
+    assert r.state == (0.5, 2.0, 0.6, 1.9, 0.5, 2.1)
+    fast, slow = r.by_state(1.0)
+    assert fast == [0, 2, 4] and slow == [1, 3, 5]
+    assert r.ratio("a", "b", fast) > 0 and len(r.ms["a"]) == 6
+    assert compare({"a": fa}, runs=3, block=1, pause=0.0).state is None
