@@ -22,13 +22,5 @@ def save(stem: str, md: str, data) -> Path:
 def cpu_line() -> str:
     """The CPU a figure came from, as ``lscpu`` names it: one marketing name ("AMD EPYC") covers
     Zen 3 to Zen 5, so the family and model go with it."""
-    from graphselect.target import cpu_model
-    info = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, val = line.partition(":")
-            info.setdefault(key.strip(), val.strip())
-    except OSError:
-        pass
-    fam, mod = info.get("cpu family"), info.get("model")
-    return f"{cpu_model()} (family {fam} model {mod})" if fam and mod else cpu_model()
+    from graphselect.target import cpu_id
+    return cpu_id()

@@ -152,7 +152,12 @@ def option_keys(layers, edges) -> set[Key]:
 def other_costs(layers, edges, timings: Mapping[Key, Timing], choice) -> tuple[float, float, float]:
     """Isolated (cold, warm, in-cold) ms of everything but the conv kernels that ``choice`` runs:
     op layers, unfused epilogues and layout transforms (transforms cold in the first two)."""
-    parts = other_costs_by_kind(layers, edges, timings, choice).values()
+    return kinds_total(other_costs_by_kind(layers, edges, timings, choice))
+
+
+def kinds_total(by_kind: Mapping[str, tuple]) -> tuple[float, float, float]:
+    """(cold, warm, in-cold) summed over the kinds of :func:`other_costs_by_kind`."""
+    parts = by_kind.values()
     return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
 
 

@@ -133,12 +133,14 @@ def cpu_flags() -> frozenset:
 
 
 def _cpuinfo(field: str) -> str | None:
-    """The first value of ``field`` in /proc/cpuinfo (None where it cannot be read)."""
+    """The first value of ``field`` in /proc/cpuinfo (None where it cannot be read); the key
+    matches whole (``model`` is not ``model name``)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith(field):
-                    return line.split(":", 1)[1].strip()
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == field:
+                    return value.strip()
     except OSError:
         pass
     return None
@@ -190,19 +192,7 @@ def cpu_id() -> str:
     >>> cpu_id().startswith(cpu_model())
     True
     """
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                if not sep:
-                    if fields:
-                        break              # the first processor's block is enough
-                    continue
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    fam, model = fields.get("cpu family"), fields.get("model")
+    fam, model = _cpuinfo("cpu family"), _cpuinfo("model")
     return f"{cpu_model()} (family {fam} model {model})" if fam and model else cpu_model()
 
 

@@ -114,7 +114,7 @@ def measure_floor_ms(target, threads: int, *, rounds: int = 15, pause_s: float =
 
 
 def _launch_vm(target, threads: int, calls: int):
-    """A Relax VM function of ``calls`` calls of :func:`_add_one` and its input (warmed up)."""
+    """A Relax VM function of ``calls`` calls of :func:`_add_one`, and its input."""
     import numpy as np
     import tvm
     from tvm import relax
@@ -136,19 +136,11 @@ def _launch_vm(target, threads: int, calls: int):
 
 
 def _per_call_ms(f, xt, calls: int, repeats: int, warmup: int) -> float:
-    import time
-
+    """Per kernel call, the lower decile of ``repeats`` runs of ``f(xt)`` after ``warmup``, the
+    calling thread pinned as the networks' timings are (``measure.e2e.time_calls``)."""
     import numpy as np
-    from .affinity import pinned
-    ts = []
-    with pinned():               # as the networks' timings are (measure.innet)
-        for _ in range(warmup):
-            f(xt)
-        for _ in range(repeats):
-            t = time.perf_counter()
-            f(xt)
-            ts.append(time.perf_counter() - t)
-    return float(np.percentile(ts, 10)) * 1e3 / calls
+    from .e2e import time_calls
+    return float(np.percentile(time_calls(lambda: f(xt), repeats, warmup=warmup), 10)) / calls
 
 
 def measure_launch_ms(target, threads: int, *, calls: int = LAUNCH_CALLS, repeats: int = 300) -> float:

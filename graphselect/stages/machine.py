@@ -18,7 +18,7 @@ def machine(s: Settings, store) -> Machine:
     from costmodels.hardware import (detect, fma_peak, launch_cost, residency, residency_budget, throughput,
                                      timing_floor)
     from ..measure.peak import measure_floor_ms, measure_launch_ms, measure_peak_gflops
-    from ..target import cpu_id, cpu_model
+    from ..target import cpu_id
     hw = detect()
     if s.cache_budget == "auto":
         budget = residency_budget(hw)
@@ -33,7 +33,7 @@ def machine(s: Settings, store) -> Machine:
     if store.path is not None:     # peak FLOP/s, bandwidth, residency steps: measured once per CPU and threads
         # BLAS throughput, bandwidth and residency do not depend on the target: kept under the CPU's
         # family and model too (the marketing name alone names several generations)
-        cpu = cpu_id() if s.ctx.cpu == cpu_model() else s.ctx.cpu
+        cpu = cpu_id()
         tp = throughput(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=cpu)
         peak = fma_peak(store.path.parent / "hardware.json", threads=s.spec.threads, cpu=s.ctx.cpu,
                         isa=s.spec.key, measure=lambda: measure_peak_gflops(s.target, s.spec.threads))

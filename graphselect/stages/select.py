@@ -397,7 +397,7 @@ def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing,
     (``handoff_us``: the hand-off read around its timing session)."""
     from dataclasses import replace
     from costmodels.calibration import KernelObservation, NetworkObservation, op_kind
-    from costmodels.table import other_costs_by_kind
+    from costmodels.table import kinds_total, other_costs_by_kind
     plan = measured.plan
     symbols = b.symbols
     kernels, conv_ms = [], 0.0
@@ -417,7 +417,7 @@ def _observe(imported: Imported, measured: Measured, isolated, b: Built, timing,
     iso_kinds = other_costs_by_kind(plan.layers, plan.edges, measured.timings, b.choice)
     kinds = {k: tuple(iso_kinds.get(k, (0.0, 0.0, 0.0, 0))) + tuple(innet_kinds.get(k, (0.0, 0)))
              for k in sorted(set(iso_kinds) | set(innet_kinds))}
-    other_cold, other_warm, other_incold = (sum(v[i] for v in iso_kinds.values()) for i in range(3))
+    other_cold, other_warm, other_incold = kinds_total(iso_kinds)
     net_id = f"{imported.model_key}:{abs(hash(b.choice)) % 10**12}:{time.time_ns()}"
     net = NetworkObservation(net_id, imported.model_key, isolated.footprint(b.choice), timing.e2e_ms,
                              len(timing.calls), conv_ms, timing.kernel_ms - conv_ms, other_cold, other_warm,
