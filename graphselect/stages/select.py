@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..errors import GraphSelectError
 from ..measure.reference import compare_outputs
-from .build import Built, build, networks
+from .build import Built, build, build_all, networks
 from .load import Imported, inputs, reference_for
 from .machine import Machine
 from .measure import Measured, keep_quiet, load_probe
@@ -196,12 +196,15 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             rounds.append(Round(r, used, label, predicted, {}, (), budget))
             break
         errors = {}
-        for k, (lb, a) in enumerate(want):
+        for lb, a in want:
             before[lb] = Prediction(r, predicted[lb], basis(a.choice, r))
-            s.progress("build", k, len(want), f"compiling the {lb} selection")
-            built.append(build(imported, measured, lb, a, s))
-            if acc is not None:
-                errors[lb] = acc.measure(imported, built[-1], isolated)
+        s.progress("build", 0, len(want), f"compiling the {', '.join(lb for lb, _ in want)} selection"
+                   f"{'s' if len(want) > 1 else ''}")
+        built.extend(build_all(imported, measured, want, s,
+                               lambda d, n, what: s.progress("build", d, n, f"compiled {what}")))
+        if acc is not None:
+            for k, (lb, _) in enumerate(want):
+                errors[lb] = acc.measure(imported, built[len(built) - len(want) + k], isolated)
                 s.progress("accuracy", k + 1, len(want), f"{lb}: max relative error {errors[lb]:.2e} against the fp32 "
                            f"reference (estimated {acc.estimated[lb]:.2e}, tolerance {s.tolerance:g})")
         if not s.max_rounds:            # no in-network timing: the isolated objective decides

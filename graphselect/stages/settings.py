@@ -38,7 +38,7 @@ class Settings:
     benchmark_runs: int
     timing: object                     # measure.local.TimingConfig
     cache_budget: int | str | None
-    workers: int                       # compiler processes for measurement
+    workers: int                       # compiler processes for measurement; threads compiling a round's networks
     max_rounds: int                    # closed-loop rounds (0: no in-network timing, isolated costs)
     innet_rounds: int
     progress: Progress = field(default=_quiet, compare=False)
@@ -47,6 +47,7 @@ class Settings:
     cc: str | None = None              # the C compiler that links libraries for the target (cross)
     precision: str = "fp32"            # fp32 | bf16 (lower precision wherever faster) | auto (within tolerance)
     tolerance: float = DEFAULT_TOLERANCE
+    time_all: bool = False             # time every candidate: no twin is pruned (measure.twins)
 
     @property
     def remote(self) -> bool:
@@ -63,7 +64,7 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
              verify=True, benchmark_runs=30, timing=None, progress=None, name=None, cache_budget="auto",
              workers=None, max_rounds=None, innet_rounds=8, rpc_tracker=None, rpc_key=None, rpc_sessions=1,
              rpc_timeout=600.0, rpc_load_timeout=30.0,
-             cross_cc=None, precision="fp32", tolerance=DEFAULT_TOLERANCE) -> Settings:
+             cross_cc=None, precision="fp32", tolerance=DEFAULT_TOLERANCE, time_all=False) -> Settings:
     """Validate the options and fix this process's TVM thread count (with ``rpc_tracker``: ask
     the key's devices what they are instead)."""
     import tvm
@@ -122,7 +123,8 @@ def settings(*, target="llvm", threads=None, solver="cp-sat", families=None, cac
                     verify=verify, benchmark_runs=int(benchmark_runs), timing=timing or TimingConfig(),
                     cache_budget=cache_budget, workers=int(workers or min(2, os.cpu_count() or 1)),
                     max_rounds=int(max_rounds), innet_rounds=int(innet_rounds), progress=progress or _quiet,
-                    name=name, rpc=rpc_cfg, cc=cc, precision=precision, tolerance=float(tolerance))
+                    name=name, rpc=rpc_cfg, cc=cc, precision=precision, tolerance=float(tolerance),
+                    time_all=bool(time_all))
 
 
 def _check_precision(spec, precision, tolerance, solver, families) -> None:

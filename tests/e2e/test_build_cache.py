@@ -80,3 +80,70 @@ def test_the_key_sees_the_weights_and_nothing_else_of_the_options(tmp_path):
     assert build.module_key(a, s) == build.module_key(a2, s)
     assert a.script(show_meta=False) == b.script(show_meta=False)        # only a constant differs
     assert build.module_key(a, s) != build.module_key(b, s)
+
+
+def _two_assignments(tmp_path, cache=True):
+    """tiny loaded and measured (quick protocol), and two assignments of it: every layer's first
+    direct option, and every layer's first nchwc option."""
+    from costmodels.problem import Assignment
+    from graphselect.stages import load, measure
+    s = settings.settings(cache=tmp_path / "r.sqlite" if cache else None, benchmark_runs=0, timing=QUICK,
+                          families=["direct", "nchwc"], workers=2)      # two compile threads
+    imp = load.load(models.build("tiny"), s)
+    with settings.open_store(s) as store:
+        meas = measure.measure(imp, s, store)
+    out = []
+    for fam in ("direct", "nchwc"):
+        choice = tuple(next((k for k, o in enumerate(lt.options) if o.name.startswith(fam)), 0)
+                       for lt in meas.plan.layers)
+        out.append((fam, Assignment(choice, 0.0, fam, False)))
+    return s, imp, meas, out
+
+
+def test_a_rounds_networks_compile_together_in_order_and_match_onnxruntime(tmp_path):
+    from graphselect.stages import load
+    s, imp, meas, wants = _two_assignments(tmp_path)
+    seen = []
+    built = build.build_all(imp, meas, wants, s, lambda d, n, what: seen.append((d, n, what)))
+    assert [b.label for b in built] == ["direct", "nchwc"]
+    assert sorted(d for d, _, _ in seen) == [1, 2] and {n for _, n, _ in seen} == {2}
+    assert {w for _, _, w in seen} == {"direct", "nchwc"}
+    assert all(b.executable is not None and b.library is None for b in built)
+    assert all(build.build_path(b.module, s).exists() for b in built)
+    xs = load.inputs(imp)
+    ref = load.reference_for(imp, s, xs)
+    assert ref.name == "onnxruntime"
+    for b in built:
+        for got, want in zip(build.LocalNetwork(b.executable).run(xs), ref.outputs, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # a second call loads both from the cache, in the same order, and says so
+    seen.clear()
+    again = build.build_all(imp, meas, wants, s, lambda d, n, what: seen.append((d, n, what)))
+    assert [b.label for b in again] == ["direct", "nchwc"]
+    assert [b.library for b in again] == [build.build_path(b.module, s) for b in built]
+    assert seen == [(2, 2, "loaded from the build cache")]
+
+
+def test_one_failing_compile_of_a_round_raises_a_build_error_naming_it(tmp_path, monkeypatch):
+    import threading
+    from graphselect.codegen import lower
+    from graphselect.errors import BuildError
+    s, imp, meas, wants = _two_assignments(tmp_path, cache=False)
+    real, lock, calls = lower.build, threading.Lock(), []
+
+    def flaky(mod, target):
+        with lock:
+            calls.append(1)
+            n = len(calls)
+        if n == 2:
+            raise RuntimeError("injected\nthe compiler gave up")
+        return real(mod, target)
+    monkeypatch.setattr(lower, "build", flaky)
+    try:
+        build.build_all(imp, meas, wants, s)
+    except BuildError as e:
+        assert "selection did not compile: the compiler gave up" in str(e)
+        assert any(f"the {lb} selection" in str(e) for lb, _ in wants)
+    else:
+        raise AssertionError("no BuildError")
+    assert len(calls) == 2                    # the other network was still compiled
