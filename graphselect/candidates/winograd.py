@@ -263,7 +263,9 @@ def transform_weight(weight: np.ndarray, m: int, ob: int) -> np.ndarray:
     """OIHW -> U[alpha, alpha, K/ob, C, ob] = G w G^T (float64, then float32)."""
     _, _, G = matrices(m)
     G = G.astype(np.float32).astype(np.float64)
-    U = np.einsum("ek,ockl,nl->enoc", G, weight.astype(np.float64), G)      # (a, a, K, C)
+    # optimize: two BLAS contractions instead of einsum's one nested loop (256x256 weights, m=6:
+    # 0.025 s against 0.094 s; the check packs it for every Winograd candidate measured)
+    U = np.einsum("ek,ockl,nl->enoc", G, weight.astype(np.float64), G, optimize=True)      # (a, a, K, C)
     a, _, K, C = U.shape
     return np.ascontiguousarray(U.reshape(a, a, K // ob, ob, C).transpose(0, 1, 2, 4, 3).astype(np.float32))
 
