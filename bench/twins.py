@@ -9,7 +9,8 @@ conv with another epilogue, was timed has only the candidates that can win timed
 job counts come from the reports. The two returned networks are then timed against each other in
 one session of interleaved rounds (``graphselect.measure.e2e.compare``: short blocks, the order
 reversed every other round): the ratio is the median over rounds of pruned / unpruned block
-medians (above 1: the pruned run's choice is slower). Results: printed, and saved under
+medians (above 1: the pruned run's choice is slower), with the layers where the all-timed run chose
+a kernel the pruned run did not time (what pruning took away; both assignments are in the JSON). Results: printed, and saved under
 bench/results/twins-STAMP.{md,json} with the CPU named.
 """
 from __future__ import annotations
@@ -50,14 +51,23 @@ def main():
                 got[mode] = {"res": res, "exe": res.build(), "stages": res.report["stage_seconds"],
                              "jobs": rec["jobs"], "pruned": len(rec.get("pruned") or ()),
                              "build_s": rec.get("build_s"), "run_s": rec.get("run_s"),
-                             "assignment": dict(res.assignment)}
+                             "assignment": dict(res.assignment),
+                             "pruned_keys": {(p["workload"], p["candidate"]) for p in rec.get("pruned") or ()},
+                             "plan": res.extra["plan"]}
                 print(f"{name} ({mode}): {got[mode]['stages']}, {got[mode]['pruned']} pruned", flush=True)
         x = np.random.default_rng(0).standard_normal(got["all timed"]["res"].input_shape).astype("float32")
         r = compare({k: vm_runner(v["exe"], x) for k, v in got.items()}, runs=a.runs, seconds=3.0)
         lg = got["all timed"]["res"].extra["lg"]
         n_twins = len(split(layer.conv.key for layer in lg.layers.values() if layer.kind == "conv"))
         differ = sorted(k for k, v in got["all timed"]["assignment"].items() if got["twins pruned"]["assignment"].get(k) != v)
-        rows.append({"model": name, "twin_workloads": n_twins,
+        # layers where the all-timed run chose a kernel the pruned run did not time: what pruning took away
+        plan, gone = got["all timed"]["plan"], got["twins pruned"]["pruned_keys"]
+        took = sorted(layer for layer, cand in got["all timed"]["assignment"].items()
+                      if layer in plan.index and any(o.name == cand and o.kernel is not None and tuple(o.kernel) in gone
+                                                     for o in plan.table(layer).options))
+        rows.append({"model": name, "twin_workloads": n_twins, "pruned_choices_of_all_timed": took,
+                     "assignment_all": got["all timed"]["assignment"],
+                     "assignment_pruned": got["twins pruned"]["assignment"],
                      **{f"{k}_{f}": v[f] for k, v in got.items() for f in ("stages", "jobs", "pruned", "build_s", "run_s")},
                      "ms_all": r.median("all timed"), "ms_pruned": r.median("twins pruned"),
                      "ratio": r.ratio("twins pruned", "all timed"), "rounds": len(r.ms["all timed"]),
@@ -73,7 +83,7 @@ def main():
                      f"{sa['total']:.0f} ({sa['measure']:.0f}: {r['all timed_build_s']:.0f} + {r['all timed_run_s']:.0f}) | "
                      f"{sp['total']:.0f} ({sp['measure']:.0f}: {r['twins pruned_build_s']:.0f} + {r['twins pruned_run_s']:.0f}) | "
                      f"{r['ms_all']:.3f} | {r['ms_pruned']:.3f} | {r['ratio']:.3f} ({r['rounds']} rounds) | "
-                     f"{', '.join(r['layers_differ']) or 'none'} |")
+                     f"{', '.join(r['layers_differ']) or 'none'} | {', '.join(r['pruned_choices_of_all_timed']) or 'none'} |")
     save("twins", "\n".join(lines) + "\n", rows)
 
 
