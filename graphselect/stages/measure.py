@@ -23,8 +23,8 @@ class Measured:
 def measure(imported: Imported, s: Settings, store) -> Measured:
     from costmodels.table import Timing
     from ..measure import plan as plan_mod
-    from ..measure.local import REFERENCE, reference_version, stale
     from ..measure import twins
+    from ..measure.local import REFERENCE, reference_version, stale
     from ..measure.run import measure as run
     from ..measure.store import Measurement
     plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
@@ -51,7 +51,8 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     meas = timed(now, 0)
     pruned = []
     if later:
-        # a later twin's candidate with a record of its own costs nothing: it is never pruned
+        # a later twin's candidate with a record of its own is never pruned: it is reused (or re-timed
+        # when stale) like any record
         stored = {j.key for j in later if j.key in found_keys}
         keep, pruned = twins.prune([j.key for j in later if j.key not in stored], first_of,
                                    {k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}, _layouts(plan),
@@ -121,9 +122,7 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
     ``match``; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
     from ..measure import plan as plan_mod
     from ..measure.local import REFERENCE, reference_version, stale
-    from ..measure import twins
     from ..measure.run import measure as run
-    from ..measure.store import Measurement
     imported = load(model, s, input_shape)
     plan = plan_mod.make_plan(imported.lg, s.target, s.families, s.precisions)
     ref = store.get(s.ctx, *REFERENCE, reference_version())

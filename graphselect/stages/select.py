@@ -200,13 +200,13 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             before[lb] = Prediction(r, predicted[lb], basis(a.choice, r))
         s.progress("build", 0, len(want), f"compiling the {', '.join(lb for lb, _ in want)} selection"
                    f"{'s' if len(want) > 1 else ''}")
-        built.extend(build_all(imported, measured, want, s,
-                               lambda d, n, what: s.progress("build", d, n, f"compiled {what}")))
+        made = build_all(imported, measured, want, s, lambda d, n, what: s.progress("build", d, n, f"compiled {what}"))
+        built.extend(made)
         if acc is not None:
-            for k, (lb, _) in enumerate(want):
-                errors[lb] = acc.measure(imported, built[len(built) - len(want) + k], isolated)
-                s.progress("accuracy", k + 1, len(want), f"{lb}: max relative error {errors[lb]:.2e} against the fp32 "
-                           f"reference (estimated {acc.estimated[lb]:.2e}, tolerance {s.tolerance:g})")
+            for k, b in enumerate(made):
+                errors[b.label] = acc.measure(imported, b, isolated)
+                s.progress("accuracy", k + 1, len(want), f"{b.label}: max relative error {errors[b.label]:.2e} against "
+                           f"the fp32 reference (estimated {acc.estimated[b.label]:.2e}, tolerance {s.tolerance:g})")
         if not s.max_rounds:            # no in-network timing: the isolated objective decides
             rounds.append(Round(r, used, label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))
             if acc is None or acc.ok(want[0][0]):     # want[0]: the solver's own
