@@ -44,27 +44,33 @@ def build(imported: Imported, measured: Measured, label: str, assignment, s: Set
 
 def build_all(imported: Imported, measured: Measured, wants, s: Settings, progress=None) -> list[Built]:
     """:func:`build` of every ``(label, assignment)`` in ``wants``, in their order. Each is rewritten
-    here, one after another (Relax's BlockBuilder keeps one stack for the process); those not in the
-    build cache are then lowered and compiled in ``s.workers`` threads at once, since TVM's compiler
-    releases the GIL: two ResNet-18 networks compiled in 14.6 s on two threads against 19.7 s one
-    after the other on a 2-vCPU Zen 5 VM. ``progress(done, total, label)`` is called here, in the
+    and lowered here, one after another (Relax's BlockBuilder and TE's tag scope keep one stack for
+    the process: two legalizations at once failed with "nested op_tag is not allowed"); those not in
+    the build cache are then compiled in ``s.workers`` threads at once, since TVM's compiler releases
+    the GIL: two ResNet-18 networks compiled in 14.6 s on two threads against 19.7 s one after the
+    other on a 2-vCPU Zen 5 VM. ``progress(done, total, label)`` is called here, in the
     calling thread, as each finishes. The first build that fails raises :class:`BuildError` once
     the others have finished."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
     ready: dict[int, Built] = {}
     todo = []
+    from ..codegen.lower import lower
     for i, (label, assignment) in enumerate(wants):
         b, cached = _rewrite(imported, measured, label, assignment, s)
         if b.executable is not None:
             ready[i] = b
         else:
-            todo.append((i, b, cached))
+            try:
+                lowered = lower(b.module, s.target)
+            except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
+                raise _failed(b.label, e) from e
+            todo.append((i, b, lowered, cached))
     done = len(ready)
     if progress is not None and done:
         progress(done, len(wants), "loaded from the build cache")
     failure = None
     with ThreadPoolExecutor(max(1, min(s.workers, len(todo)))) as pool:
-        futures = {pool.submit(_compile, b, cached, s): i for i, b, cached in todo}
+        futures = {pool.submit(_compile, b, lowered, cached, s): i for i, b, lowered, cached in todo}
         for f in as_completed(futures):
             i = futures[f]
             try:
@@ -98,14 +104,18 @@ def _rewrite(imported: Imported, measured: Measured, label: str, assignment, s: 
     return b, cached
 
 
-def _compile(b: Built, cached: Path | None, s: Settings) -> Built:
-    """``b``'s module lowered and compiled, and kept at ``cached`` (thread-safe: TVM's target and
-    pass contexts are per thread)."""
-    from ..codegen.lower import build as compile_module
+def _failed(label: str, e: Exception) -> BuildError:
+    return BuildError(f"the {label} selection did not compile: {str(e).strip().splitlines()[-1][:300]}")
+
+
+def _compile(b: Built, lowered, cached: Path | None, s: Settings) -> Built:
+    """``b``'s ``lowered`` module compiled, and kept at ``cached`` (thread-safe: its passes are
+    TVM's own, and TVM's target and pass contexts are per thread)."""
+    from ..codegen.lower import compile_module
     try:
-        ex = compile_module(b.module, s.target)
+        ex = compile_module(lowered, s.target)
     except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
-        raise BuildError(f"the {b.label} selection did not compile: {str(e).strip().splitlines()[-1][:300]}") from e
+        raise _failed(b.label, e) from e
     if cached is not None:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)

@@ -129,7 +129,7 @@ def test_one_failing_compile_of_a_round_raises_a_build_error_naming_it(tmp_path,
     from graphselect.codegen import lower
     from graphselect.errors import BuildError
     s, imp, meas, wants = _two_assignments(tmp_path, cache=False)
-    real, lock, calls = lower.build, threading.Lock(), []
+    real, lock, calls = lower.compile_module, threading.Lock(), []
 
     def flaky(mod, target):
         with lock:
@@ -138,7 +138,7 @@ def test_one_failing_compile_of_a_round_raises_a_build_error_naming_it(tmp_path,
         if n == 2:
             raise RuntimeError("injected\nthe compiler gave up")
         return real(mod, target)
-    monkeypatch.setattr(lower, "build", flaky)
+    monkeypatch.setattr(lower, "compile_module", flaky)
     try:
         build.build_all(imp, meas, wants, s)
     except BuildError as e:
@@ -147,3 +147,20 @@ def test_one_failing_compile_of_a_round_raises_a_build_error_naming_it(tmp_path,
     else:
         raise AssertionError("no BuildError")
     assert len(calls) == 2                    # the other network was still compiled
+
+
+def test_a_rounds_networks_are_lowered_in_the_calling_thread(tmp_path, monkeypatch):
+    """Legalization runs TE under a tag scope that is one per process: two at once failed with
+    "nested op_tag is not allowed" (a suite run on 2026-12-03). Only the compiles run in threads."""
+    import threading
+    from graphselect.codegen import lower
+    s, imp, meas, wants = _two_assignments(tmp_path, cache=False)
+    real, where = lower.lower, []
+
+    def spy(mod, target):
+        where.append(threading.get_ident())
+        return real(mod, target)
+    monkeypatch.setattr(lower, "lower", spy)
+    built = build.build_all(imp, meas, wants, s)
+    assert [b.label for b in built] == ["direct", "nchwc"]
+    assert where == [threading.get_ident()] * 2
