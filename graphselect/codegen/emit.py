@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import layouts
-from ..graph.layers import FAKE_QUANT, Layer, _is_const, _op_name, clamp_of, const_value
+from ..graph.layers import FAKE_QUANT, SPATIAL_REDUCTIONS, Layer, _is_const, _op_name, clamp_of, const_value
 
 
 def _rx():
@@ -118,6 +118,10 @@ def emit_agnostic(bb, layer: Layer, expr, layout: str, env):
                           [int(v) for v in a.padding], "max" if "max" in name else "avg",
                           bool(a.ceil_mode), layout, bool(a.count_include_pad),
                           primfunc_name_hint=f"{name.split('.')[-1]}_{layout}")
+    if name in SPATIAL_REDUCTIONS:          # axes as imported may count from the end (-2, -1)
+        op = {"relax.mean": rx.op.mean, "relax.sum": rx.op.sum, "relax.max": rx.op.max,
+              "relax.min": rx.op.min}[name]
+        return bb.emit(op(env[expr.args[0]], axis=[2, 3], keepdims=True))
     args = []
     for a in expr.args:
         if isinstance(a, rx.Var):

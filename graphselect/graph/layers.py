@@ -377,6 +377,18 @@ def _channel_const(e, channels: int) -> bool:
     return _is_const(e) and (const_value(e).size == 1 or _shape(e) in ((1, channels, 1, 1), (channels, 1, 1)))
 
 
+# Reductions that stay in a blocked layout when they reduce over H and W only (keepdims): the
+# global pooling of a squeeze-and-excitation block or a head, however the exporter wrote it
+# (GlobalAveragePool, ReduceMean/ReduceSum/ReduceMax with axes [2, 3] or [-2, -1]).
+SPATIAL_REDUCTIONS = ("relax.mean", "relax.sum", "relax.max", "relax.min")
+
+
+def spatial_axes(call) -> bool:
+    """Whether a 4-D reduction ``call`` reduces over exactly the two spatial axes."""
+    axis = call.attrs.axis
+    return axis is not None and sorted(int(a) % 4 for a in axis) == [2, 3]
+
+
 def _agnostic_layouts(call, in_shapes, out_shape, rx) -> tuple[str, ...]:
     """The layouts an op can run in without changing its meaning (NCHW always)."""
     if out_shape is None or len(out_shape) != 4 or not in_shapes or any(s is None or len(s) != 4 for s in in_shapes):
@@ -398,8 +410,8 @@ def _agnostic_layouts(call, in_shapes, out_shape, rx) -> tuple[str, ...]:
         ok = True
     elif name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         ok = call.attrs.layout == "NCHW" and call.attrs.out_layout == "NCHW"
-    elif name == "relax.mean":
-        ok = sorted(int(a) for a in call.attrs.axis) == [2, 3] and bool(call.attrs.keepdims)
+    elif name in SPATIAL_REDUCTIONS:
+        ok = spatial_axes(call) and bool(call.attrs.keepdims)
     elif name == "relax.concat":
         ok = int(call.attrs.axis) in (1, -3)
     if not ok:

@@ -55,7 +55,7 @@ def dims(vi: onnx.ValueInfoProto) -> list[int]:
 def test_zoo_has_exactly_the_documented_models():
     assert list(ZOO) == NAMES + ["one_conv"]          # the classifiers, and one bare conv
     assert [n for n, _ in list_models()] == NAMES + ["one_conv"]
-    assert models.__all__ == ["ZOO", "build", "list_models", "save", "prune", "quantize_qdq"]
+    assert models.__all__ == ["ZOO", "build", "list_models", "save", "prune", "quantize_qdq", "dynamo_pooling"]
 
 
 # ------------------------------------------------------------------ structure
@@ -576,3 +576,19 @@ def test_one_conv_is_a_bare_conv_with_relu():
     (y,) = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})
     ref = np.maximum(conv2d_nchw(x, inits["conv.weight"], padding=(1, 1, 1, 1), bias=inits["conv.bias"]), 0)
     assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_dynamo_pooling_rewrites_every_global_pool_and_keeps_the_outputs(opset):
+    m = build("mobile_tiny", image_size=32)
+    if opset != 17:
+        m = onnx.version_converter.convert_version(m, opset)
+    gaps = sum(n.op_type == "GlobalAveragePool" for n in m.graph.node)
+    assert gaps >= 2          # the squeeze-and-excitation block's and the head's
+    means = sum(n.op_type == "ReduceMean" for n in m.graph.node)
+    d = models.dynamo_pooling(m)
+    assert sum(n.op_type == "GlobalAveragePool" for n in d.graph.node) == 0
+    assert sum(n.op_type == "ReduceMean" for n in d.graph.node) == means + gaps
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    run = lambda mm: ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    np.testing.assert_allclose(run(d), run(m), rtol=1e-5, atol=1e-6)

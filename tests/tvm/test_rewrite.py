@@ -100,3 +100,57 @@ def test_uniform_layout_needs_transforms_only_at_the_ends():
              and f.attrs is not None and "graphselect.family" in f.attrs]
     assert len(funcs) == 3
     assert {str(f.attrs["graphselect.out_layout"]) for f in funcs} == {"NCHW16c"}
+
+
+def _se_model(op: str, opset: int, axes: list[int]):
+    """conv -> reduce over H, W (keepdims) -> 1x1 -> relu -> 1x1 -> sigmoid -> scale * conv -> 1x1:
+    a squeeze-and-excitation block whose pooling is written as a reduction, as PyTorch's dynamo
+    exporter writes ``adaptive_avg_pool2d(x, 1)`` (axes counted from the end, opset 18: an input)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(1)
+    c = 32
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+             for n, s in (("w0", (c, 3, 3, 3)), ("w1", (16, c, 1, 1)), ("w2", (c, 16, 1, 1)), ("w3", (16, c, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["a"], pads=[1, 1, 1, 1])]
+    if opset >= 18:
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+        nodes.append(helper.make_node(op, ["a", "axes"], ["m"], keepdims=1))
+    else:
+        nodes.append(helper.make_node(op, ["a"], ["m"], axes=axes, keepdims=1))
+    nodes += [helper.make_node("Conv", ["m", "w1"], ["s1"]), helper.make_node("Relu", ["s1"], ["s2"]),
+              helper.make_node("Conv", ["s2", "w2"], ["s3"]), helper.make_node("Sigmoid", ["s3"], ["s4"]),
+              helper.make_node("Mul", ["a", "s4"], ["y"]), helper.make_node("Conv", ["y", "w3"], ["output"])]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 12, 12])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 16, 12, 12])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("op,opset,axes", [("ReduceMean", 17, [2, 3]), ("ReduceMean", 18, [-1, -2]),
+                                           ("ReduceMean", 17, [-2, 3]), ("ReduceSum", 18, [2, 3]),
+                                           ("ReduceMax", 17, [-1, -2]), ("ReduceMin", 18, [3, -2])])
+def test_spatial_reductions_stay_in_the_blocked_layout(op, opset, axes):
+    """A reduction over H and W however written runs in a blocked layout like GlobalAveragePool,
+    so a squeeze-and-excitation block needs no transform around its pooling."""
+    m = _se_model(op, opset, axes)
+    p = onnx_prep.prepare(m)
+    mod = import_onnx(p.model, p.shapes)
+    lg = extract(mod)
+    lg.extra["module"] = mod
+    red = [l for l in lg.layers.values() if l.op.startswith("relax.") and l.op.split(".")[1] in ("mean", "sum", "max", "min")]
+    assert len(red) == 1 and red[0].kind == "agnostic" and "NCHW16c" in red[0].layouts
+    sel = {}
+    for l in lg.layers.values():
+        if l.kind == "conv":
+            cs = [c for c in candidates.propose(l.conv, ["nchwc"]) if c.out_layout == "NCHW16c"
+                  and (c.in_layout == "NCHW16c" or l.conv.in_channels == 3)]
+            sel[l.name] = cs[0]
+        elif l.kind == "agnostic":
+            sel[l.name] = "NCHW16c"
+    amod = _check(m, p, lg, sel)
+    stem = sel[lg.convs[0].name]
+    # only at the ends: the image into the stem's layout (unless it reads NCHW) and the output out
+    assert count_transforms(amod) == 1 + (stem.in_layout != "NCHW")
