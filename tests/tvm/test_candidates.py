@@ -209,3 +209,54 @@ def test_direct_flattens_the_pixels_of_1x1_stride_1_convs():
                 if dict(c.params).get("flat")]           # 49 pixels: no full vectors
     assert not [c for c in candidates.propose(ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1)))
                 if dict(c.params).get("flat")]           # 3x3: not a matrix product over pixels
+
+
+PW_SPECS = [
+    # positions no tile divides (7x7 = 49), every fused epilogue, ReLU6
+    ConvSpec(1, 32, 7, 7, 48, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, residual=True, clip_lo=0.0, clip_hi=6.0),
+    # batch 2, a rectangular map, no epilogue at all
+    ConvSpec(2, 16, 5, 9, 32, (1, 1), (1, 1), (0, 0, 0, 0)),
+    # fewer positions than a tile (3), residual without bias
+    ConvSpec(1, 32, 1, 3, 16, (1, 1), (1, 1), (0, 0, 0, 0), residual=True),
+    # SiLU and HardSwish as EfficientNet's and MobileNetV3's 1x1 convs fuse them
+    ConvSpec(1, 16, 6, 6, 64, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, act="silu"),
+    ConvSpec(1, 16, 6, 5, 16, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, act="hardswish"),
+]
+
+
+@pytest.mark.parametrize("spec", PW_SPECS, ids=lambda s: s.describe() + " " + s.epilogue)
+@pytest.mark.parametrize("isa_name", ["avx2", "avx512"])
+def test_pointwise_every_tile_and_epilogue(spec, isa_name):
+    from graphselect.candidates.base import activation_np
+    from graphselect.target import AVX512, VectorIsa
+    isa = VectorIsa(8, 16) if isa_name == "avx2" else AVX512
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(spec.in_shape).astype("float32")
+    w = rng.standard_normal((spec.out_channels, spec.in_channels, 1, 1)).astype("float32")
+    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
+    r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+    ref = activation_np(conv2d_nchw(x, w, bias=b, residual=r, lo=spec.clip_lo, hi=spec.clip_hi), spec.act)
+    cands = candidates.propose(spec, ["pointwise"], isa=isa)
+    assert cands, spec.describe()
+    positions = spec.out_h * spec.out_w
+    assert all(c.param("reg_n") <= positions for c in cands)
+    for c in cands:
+        got, f = _run(c, spec, x, w, b, r)
+        assert rel_err(got, ref) < 1e-5, c.key
+        assert f.attrs["graphselect.family"] == "pointwise"
+
+
+def test_pointwise_only_for_unpadded_1x1_stride_1():
+    from graphselect.target import VectorIsa
+    AVX2 = VectorIsa(8, 16)
+    ok = ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0))
+    assert candidates.propose(ok, ["pointwise"], isa=AVX2)
+    for spec in (ConvSpec(1, 16, 8, 8, 16, (1, 1), (2, 2), (0, 0, 0, 0)),      # stride 2
+                 ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1)),      # 3x3
+                 ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (1, 1, 1, 1)),      # padded
+                 ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0), groups=2),
+                 ConvSpec(1, 12, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0))):     # no block divides 12
+        assert not candidates.propose(spec, ["pointwise"], isa=AVX2), spec.describe()
+    # the tile follows the vector unit: two vectors on AVX2 leave room for 6 positions, one for 12
+    assert {(c.param("oc_bn"), c.param("reg_n")) for c in candidates.propose(ok, ["pointwise"], isa=AVX2)} == \
+        {(8, 12), (16, 4), (16, 6)}

@@ -1,0 +1,172 @@
+"""``pointwise``: a 1x1 stride-1 convolution as a register-tiled matrix product over the flattened
+output positions, NCHW[ib]c -> NCHW[ob]c.
+
+``nchwc`` tiles the output width only, by a divisor of it, so its register tile is as small as
+the map's width allows: 7 columns on MobileNetV2's and ResNet-50's 7x7 and 14x14 maps, and on
+AVX2 only one vector of output channels (two would take 14 of 16 registers), which leaves the FMA
+pipes waiting on their own latency. A 1x1 stride-1 conv reads and writes every position of a
+channel block as one contiguous run (H*W positions of ``b`` lanes), so here the positions are
+one axis: a tile of ``reg_n`` positions by one or two vectors of output channels, any ``reg_n``
+the registers hold (the positions that do not fill a last tile get a tile of their own size),
+accumulated over every input channel with the weight panel of its output block in L1/L2. Zen 3,
+weights warm, one run against the best ``nchwc`` candidate: 0.85x MobileNetV2's 320->1280 at 7x7,
+0.88x 960->160 at 7x7 (`bench/results/pointwise-20261203.md`).
+
+Parallel over (batch, output block, chunk of tiles), at least ``MIN_TASKS`` tasks (a 24-channel
+output has 3 blocks of 8: without chunks, one of two threads would do two thirds). The epilogue
+(bias, QDQ, residual, clamp, activation) is applied to the tile as it leaves the registers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import layouts
+from ..graph.layers import ConvSpec
+from ..target import AVX512
+from .base import Candidate, activation, fake_quant, finish, make_candidate
+
+FAMILY = "pointwise"
+MIN_TASKS = 16
+
+
+def applies(spec: ConvSpec) -> bool:
+    return (spec.kernel == (1, 1) and spec.stride == (1, 1) and not any(spec.padding) and spec.groups == 1
+            and not spec.dilated)
+
+
+def _blocks(ch: int, isa=AVX512) -> list[int]:
+    """One and two vector registers of channels."""
+    return [b for b in (isa.lanes, 2 * isa.lanes) if ch % b == 0]
+
+
+def _reg_ns(ob: int, isa=AVX512) -> list[int]:
+    """Positions per register tile: with two vectors of channels as many as the registers hold
+    beside the weight vectors and one broadcast, and two fewer (AVX2: 6 and 4; AVX-512: 14 and
+    12); with one vector that less two, at most 24 (AVX2: 12). On Zen 3 the best tile of each of
+    13 MobileNetV2 and ResNet-50 1x1 shapes (7x7 to 112x112) was one of these, in a grid of up to
+    five values per block (`bench/results/pointwise-20261203.md`)."""
+    nv = ob // isa.lanes
+    most = (isa.registers - nv - 1) // nv
+    if nv == 1:
+        return [max(1, min(most - 2, 24))]
+    return [r for r in (most - 2, most) if r >= 1]
+
+
+def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:
+    if not applies(spec):
+        return []
+    out = []
+    positions = spec.out_h * spec.out_w
+    for ib in _blocks(spec.in_channels, isa):
+        for ob in _blocks(spec.out_channels, isa):
+            for rn in sorted({min(r, positions) for r in _reg_ns(ob, isa)}):
+                out.append(make_candidate(
+                    FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
+                    weight_layout=f"OI{ob}o", weight_elems=spec.out_channels * spec.in_channels,
+                    ic_bn=ib, oc_bn=ob, reg_n=rn))
+    return out
+
+
+def _epilogue(v, spec: ConvSpec, bias, res):
+    """The scalar epilogue of ``spec`` on ``v`` (TIR), as ``base.epilogue_compute`` applies it."""
+    import tvm
+    from tvm.script import tirx as T
+    if bias is not None:
+        v = v + bias
+    if spec.quant_pre is not None:
+        v = fake_quant(v, spec.quant_pre)
+    if res is not None:
+        v = v + res
+    if spec.clip_lo is not None:
+        v = T.max(v, tvm.tirx.const(spec.clip_lo, "float32"))
+    if spec.clip_hi is not None:
+        v = T.min(v, tvm.tirx.const(spec.clip_hi, "float32"))
+    v = activation(v, spec.act)
+    return fake_quant(v, spec.quant) if spec.quant is not None else v
+
+
+def _epi(v, spec: ConvSpec, b, r, n, oc, p, l):
+    """:func:`_epilogue` of the accumulator ``v`` at (n, oc, position p, lane l): ``b`` the packed
+    bias, ``r`` the residual seen as (N, O/ob, H*W, ob); read only where ``spec`` has them."""
+    return _epilogue(v, spec, b[oc, l] if spec.bias else None, r[n, oc, p, l] if spec.residual else None)
+
+
+def kernel(spec: ConvSpec, ib: int, ob: int, rn: int):
+    """The PrimFunc ``(data, weight, [bias], [residual], out)``: weight packed (O/ob, I, ob)."""
+    from tvm.script import tirx as T
+    N, I, H, W = spec.in_shape
+    O = spec.out_channels
+    P = H * W
+    IB, OB = I // ib, O // ob
+    tiles, tail = P // rn, P % rn
+    units = N * OB
+    chunks = max(1, min(tiles, -(-MIN_TASKS // units))) if tiles else 1
+    per = -(-tiles // chunks) if tiles else 0
+    xs, ws, bs, ys = (N, IB, H, W, ib), (OB, I, ob), (OB, ob), (N, OB, H, W, ob)
+
+    @T.macro
+    def tile(xf, w, b, rf, yf, n, oc, base, m):
+        # m positions from ``base``: accumulate over every input channel, then the epilogue
+        acc = T.alloc_buffer((m, ob), "float32", scope="local")
+        for i in T.unroll(m):
+            for l in T.vectorized(ob):
+                acc[i, l] = T.float32(0)
+        for icb in range(IB):
+            for ici in T.unroll(ib):
+                for i in T.unroll(m):
+                    for l in T.vectorized(ob):
+                        acc[i, l] = acc[i, l] + xf[n, icb, base + i, ici] * w[oc, icb * ib + ici, l]
+        for i in T.unroll(m):
+            for l in T.vectorized(ob):
+                yf[n, oc, base + i, l] = _epi(acc[i, l], spec, b, rf, n, oc, base + i, l)
+
+    @T.macro
+    def body(x, w, b, r, y):
+        xf = T.decl_buffer((N, IB, P, ib), "float32", data=x.data)
+        yf = T.decl_buffer((N, OB, P, ob), "float32", data=y.data)
+        rf = T.decl_buffer((N, OB, P, ob), "float32", data=r.data)
+        for t in T.parallel(units * chunks):
+            for s in range(t % chunks * per, T.min(t % chunks * per + per, tiles)):
+                tile(xf, w, b, rf, yf, t // (OB * chunks), t // chunks % OB, s * rn, rn)
+            if tail > 0:
+                if t % chunks == chunks - 1:
+                    tile(xf, w, b, rf, yf, t // (OB * chunks), t // chunks % OB, tiles * rn, tail)
+
+    if spec.bias and spec.residual:
+        @T.prim_func
+        def f(x: T.Buffer(xs, "float32"), w: T.Buffer(ws, "float32"), b: T.Buffer(bs, "float32"),
+              r: T.Buffer(ys, "float32"), y: T.Buffer(ys, "float32")):
+            T.func_attr({"tirx.noalias": True})
+            body(x, w, b, r, y)
+    elif spec.bias:
+        @T.prim_func
+        def f(x: T.Buffer(xs, "float32"), w: T.Buffer(ws, "float32"), b: T.Buffer(bs, "float32"),
+              y: T.Buffer(ys, "float32")):
+            T.func_attr({"tirx.noalias": True})
+            body(x, w, b, y, y)
+    elif spec.residual:
+        @T.prim_func
+        def f(x: T.Buffer(xs, "float32"), w: T.Buffer(ws, "float32"), r: T.Buffer(ys, "float32"),
+              y: T.Buffer(ys, "float32")):
+            T.func_attr({"tirx.noalias": True})
+            body(x, w, w, r, y)
+    else:
+        @T.prim_func
+        def f(x: T.Buffer(xs, "float32"), w: T.Buffer(ws, "float32"), y: T.Buffer(ys, "float32")):
+            T.func_attr({"tirx.noalias": True})
+            body(x, w, w, y, y)
+    return f
+
+
+def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
+    f = kernel(spec, cand.param("ic_bn"), cand.param("oc_bn"), cand.param("reg_n"))
+    return finish(f, cand, spec, name)
+
+
+def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
+    ob = cand.param("oc_bn")
+    O, I = weight.shape[:2]
+    out = [np.ascontiguousarray(weight.reshape(O // ob, ob, I).transpose(0, 2, 1), dtype="float32")]
+    if spec.bias:
+        out.append(np.ascontiguousarray(bias.reshape(O // ob, ob), dtype="float32"))
+    return out
