@@ -9,8 +9,9 @@ channel block as one contiguous run (H*W positions of ``b`` lanes), so here the 
 one axis: a tile of ``reg_n`` positions by one or two vectors of output channels, any ``reg_n``
 the registers hold (the positions that do not fill a last tile get a tile of their own size),
 accumulated over every input channel with the weight panel of its output block in L1/L2. Zen 3,
-weights warm, one run against the best ``nchwc`` candidate: 0.85x MobileNetV2's 320->1280 at 7x7,
-0.88x 960->160 at 7x7 (`bench/results/pointwise-20261203.md`).
+weights warm, against the best ``nchwc`` candidate: 0.78-0.89x on MobileNetV2's and ResNet-50's
+7x7 and 14x14 layers (178-192 GFLOP/s against an FMA probe of ~200), 0.97-1.0x on wide maps
+with 16-256 input channels, 1.12x on 144->24 (`bench/results/pointwise-20261203-195237.md`).
 
 Parallel over (batch, output block, chunk of tiles), at least ``MIN_TASKS`` tasks (a 24-channel
 output has 3 blocks of 8: without chunks, one of two threads would do two thirds). The epilogue
@@ -40,16 +41,17 @@ def _blocks(ch: int, isa=AVX512) -> list[int]:
 
 
 def _reg_ns(ob: int, isa=AVX512) -> list[int]:
-    """Positions per register tile: with two vectors of channels as many as the registers hold
-    beside the weight vectors and one broadcast, and two fewer (AVX2: 6 and 4; AVX-512: 14 and
-    12); with one vector that less two, at most 24 (AVX2: 12). On Zen 3 the best tile of each of
-    13 MobileNetV2 and ResNet-50 1x1 shapes (7x7 to 112x112) was one of these, in a grid of up to
-    five values per block (`bench/results/pointwise-20261203.md`)."""
+    """Positions per register tile. Two vectors of channels: as many as the registers hold beside
+    the weight vectors and one broadcast, and one and two fewer (AVX2: 4, 5, 6; AVX-512: 12-14).
+    One vector: that count less two, at most 24 (AVX2: 12). On Zen 3, timing every tile from 4 to
+    14 positions, the best two-vector tile of each of 12 MobileNetV2 and ResNet-50 1x1 shapes was
+    4, 5 or 6; where only one vector divides the channels (144->24) 9 beat 12 by 11%, a case too
+    small to pay for more candidates (`bench/results/pointwise-20261203-195237.md`)."""
     nv = ob // isa.lanes
     most = (isa.registers - nv - 1) // nv
     if nv == 1:
         return [max(1, min(most - 2, 24))]
-    return [r for r in (most - 2, most) if r >= 1]
+    return [r for r in (most - 2, most - 1, most) if r >= 1]
 
 
 def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> list[Candidate]:
