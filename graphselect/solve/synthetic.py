@@ -241,3 +241,29 @@ def branching(n: int, *, seed: int = 0, n_candidates: int = 20, p_inf: float = 0
 
 
 GENERATORS = {"chain": chain, "residual": residual, "branching": branching}
+
+
+def with_random_blocks(problem: Problem, *, seed: int = 0, share: float = 0.5):
+    """``problem`` with candidate blocks (``costmodels.blocks``) over about ``share`` of its conv ->
+    conv pairs whose first conv feeds only the second: each costs the pair's fastest per-layer
+    kernels times U(0.6, 1.3), reads a layout the first conv reads and writes one the second
+    writes. Returns (the problem with the blocks, the blocks)."""
+    from costmodels.blocks import Block, with_blocks
+    rng = random.Random(seed)
+    outs: dict[int, list] = {}
+    for e in problem.edges:
+        outs.setdefault(e.src, []).append(e)
+    used, blocks = set(), []
+    for e in problem.edges:
+        u, v = e.src, e.dst
+        nu, nv = problem.nodes[u], problem.nodes[v]
+        if not (nu.name.startswith("conv") and nv.name.startswith("conv")) or len(outs[u]) != 1 \
+                or u in used or v in used or rng.random() >= share:
+            continue
+        fu = [c for c in nu.choices if c.cost < math.inf]
+        fv = [c for c in nv.choices if c.cost < math.inf]
+        cost = (min(c.cost for c in fu) + min(c.cost for c in fv)) * rng.uniform(0.6, 1.3)
+        blocks.append(Block(f"blk{u}_{v}", (u, v), rng.choice(fv).out_layout, round(cost, 4),
+                            ports={(0, 0): rng.choice(fu).in_layouts[0]}))
+        used.update((u, v))
+    return with_blocks(problem, blocks), blocks
