@@ -67,24 +67,31 @@ def epilogue_compute(conv, spec: ConvSpec, bias, residual, bias_index):
 
     ``bias_index(*idx)`` maps an output index to the bias tensor's index.
     """
-    import tvm
     from tvm import te
 
     def f(*idx):
-        v = conv(*idx)
-        if bias is not None:
-            v = v + bias(*bias_index(*idx))
-        if spec.quant_pre is not None:
-            v = fake_quant(v, spec.quant_pre)
-        if residual is not None:
-            v = v + residual(*idx)
-        if spec.clip_lo is not None:
-            v = te.max(v, tvm.tirx.const(spec.clip_lo, "float32"))
-        if spec.clip_hi is not None:
-            v = te.min(v, tvm.tirx.const(spec.clip_hi, "float32"))
-        v = activation(v, spec.act)
-        return fake_quant(v, spec.quant) if spec.quant is not None else v
+        return epilogue_value(conv(*idx), spec, bias(*bias_index(*idx)) if bias is not None else None,
+                              residual(*idx) if residual is not None else None)
     return te.compute(conv.shape, f, name="epilogue")
+
+
+def epilogue_value(v, spec: ConvSpec, bias=None, res=None):
+    """The epilogue of ``spec`` on one TIR value ``v``: bias, QDQ before the add, residual add,
+    clamp, activation, QDQ, in that order (``bias``/``res``: the values to add, or None)."""
+    import tvm
+    from tvm import te
+    if bias is not None:
+        v = v + bias
+    if spec.quant_pre is not None:
+        v = fake_quant(v, spec.quant_pre)
+    if res is not None:
+        v = v + res
+    if spec.clip_lo is not None:
+        v = te.max(v, tvm.tirx.const(spec.clip_lo, "float32"))
+    if spec.clip_hi is not None:
+        v = te.min(v, tvm.tirx.const(spec.clip_hi, "float32"))
+    v = activation(v, spec.act)
+    return fake_quant(v, spec.quant) if spec.quant is not None else v
 
 
 def quantize(v, q):

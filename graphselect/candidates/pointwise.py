@@ -24,7 +24,7 @@ import numpy as np
 from ..graph import layouts
 from ..graph.layers import ConvSpec
 from ..target import AVX512
-from .base import Candidate, activation, fake_quant, finish, make_candidate
+from .base import Candidate, epilogue_value, finish, make_candidate
 
 FAMILY = "pointwise"
 MIN_TASKS = 16
@@ -69,28 +69,10 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> lis
     return out
 
 
-def _epilogue(v, spec: ConvSpec, bias, res):
-    """The scalar epilogue of ``spec`` on ``v`` (TIR), as ``base.epilogue_compute`` applies it."""
-    import tvm
-    from tvm.script import tirx as T
-    if bias is not None:
-        v = v + bias
-    if spec.quant_pre is not None:
-        v = fake_quant(v, spec.quant_pre)
-    if res is not None:
-        v = v + res
-    if spec.clip_lo is not None:
-        v = T.max(v, tvm.tirx.const(spec.clip_lo, "float32"))
-    if spec.clip_hi is not None:
-        v = T.min(v, tvm.tirx.const(spec.clip_hi, "float32"))
-    v = activation(v, spec.act)
-    return fake_quant(v, spec.quant) if spec.quant is not None else v
-
-
 def _epi(v, spec: ConvSpec, b, r, n, oc, p, l):
-    """:func:`_epilogue` of the accumulator ``v`` at (n, oc, position p, lane l): ``b`` the packed
+    """``base.epilogue_value`` of the accumulator ``v`` at (n, oc, position p, lane l): ``b`` the packed
     bias, ``r`` the residual seen as (N, O/ob, H*W, ob); read only where ``spec`` has them."""
-    return _epilogue(v, spec, b[oc, l] if spec.bias else None, r[n, oc, p, l] if spec.residual else None)
+    return epilogue_value(v, spec, b[oc, l] if spec.bias else None, r[n, oc, p, l] if spec.residual else None)
 
 
 def kernel(spec: ConvSpec, ib: int, ob: int, rn: int):

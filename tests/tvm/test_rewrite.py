@@ -39,6 +39,18 @@ def _check(m, p, lg, sel):
     return amod
 
 
+def _uniform(lg, layout):
+    """Every conv an nchwc candidate in ``layout`` (the stem reading its own), every agnostic op in it."""
+    sel = {}
+    for l in lg.layers.values():
+        if l.kind == "conv":
+            sel[l.name] = next(c for c in candidates.propose(l.conv, ["nchwc"]) if c.out_layout == layout
+                               and (c.in_layout == layout or l.conv.in_channels == 3))
+        elif l.kind == "agnostic":
+            sel[l.name] = layout
+    return sel
+
+
 def test_tiny_graph_structure():
     _, p, lg = _graph("tiny")
     convs = lg.convs
@@ -85,15 +97,7 @@ def test_random_assignments_match_onnxruntime(seed):
 
 def test_uniform_layout_needs_transforms_only_at_the_ends():
     m, p, lg = _graph("tiny")
-    sel = {}
-    for l in lg.layers.values():
-        if l.kind == "conv":
-            cs = [c for c in candidates.propose(l.conv, ["nchwc"]) if c.out_layout == "NCHW16c"
-                  and (c.in_layout == "NCHW16c" or l.conv.in_channels == 3)]
-            sel[l.name] = cs[0]
-        elif l.kind == "agnostic":
-            sel[l.name] = "NCHW16c"
-    amod = _check(m, p, lg, sel)
+    amod = _check(m, p, lg, _uniform(lg, "NCHW16c"))
     # input NCHW -> NCHW3c for the stem, and NCHW16c -> NCHW before the flatten
     assert count_transforms(amod) == 2
     funcs = [f for _, f in amod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)
@@ -142,14 +146,7 @@ def test_spatial_reductions_stay_in_the_blocked_layout(op, opset, axes):
     lg.extra["module"] = mod
     red = [l for l in lg.layers.values() if l.op.startswith("relax.") and l.op.split(".")[1] in ("mean", "sum", "max", "min")]
     assert len(red) == 1 and red[0].kind == "agnostic" and "NCHW16c" in red[0].layouts
-    sel = {}
-    for l in lg.layers.values():
-        if l.kind == "conv":
-            cs = [c for c in candidates.propose(l.conv, ["nchwc"]) if c.out_layout == "NCHW16c"
-                  and (c.in_layout == "NCHW16c" or l.conv.in_channels == 3)]
-            sel[l.name] = cs[0]
-        elif l.kind == "agnostic":
-            sel[l.name] = "NCHW16c"
+    sel = _uniform(lg, "NCHW16c")
     amod = _check(m, p, lg, sel)
     stem = sel[lg.convs[0].name]
     # only at the ends: the image into the stem's layout (unless it reads NCHW) and the output out
