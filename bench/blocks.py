@@ -35,10 +35,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 
-def block_kernel(dw, pw, ob: int, rn: int, rows: int, osplit: int):
+def block_kernel(dw, pw, cb: int, ob: int, rn: int, rows: int, osplit: int):
     """The fused PrimFunc ``(x, w_dw, b_dw, w_pw, b_pw, [residual], out)`` of depthwise ``dw`` (a
     ConvSpec, groups = channels) then pointwise ``pw`` (1x1 stride 1), in NCHW[cb]c -> NCHW[ob]c
-    with cb the vector width's block of the hidden channels (``cb`` = lanes)."""
+    with ``cb`` the block of the input and hidden channels (one vector)."""
     from tvm.script import tirx as T
     from graphselect.candidates.pointwise import _epi
     from graphselect.candidates.base import activation
@@ -48,7 +48,6 @@ def block_kernel(dw, pw, ob: int, rn: int, rows: int, osplit: int):
     pt, pl = dw.padding[0], dw.padding[1]
     OH, OW = dw.out_h, dw.out_w
     O = pw.out_channels
-    cb = LANES
     CB, OB = C // cb, O // ob
     nrt = OH // rows
     P = rows * OW
@@ -124,8 +123,6 @@ def block_kernel(dw, pw, ob: int, rn: int, rows: int, osplit: int):
     return f
 
 
-LANES = 8
-
 
 def block_variants(dw, pw, isa):
     """(ob, rn, rows, osplit) of the block: blocks of one and two vectors, the pointwise family's
@@ -146,9 +143,8 @@ def block_variants(dw, pw, isa):
     return out
 
 
-def pack_block(dw, pw, wd, bd, wp, bp, ob):
+def pack_block(dw, pw, wd, bd, wp, bp, cb, ob):
     C = dw.in_channels
-    cb = LANES
     wd4 = wd.reshape(C // cb, cb, *dw.kernel).transpose(0, 2, 3, 1)
     return [np.ascontiguousarray(a, "float32") for a in (
         wd4, bd.reshape(C // cb, cb), wp.reshape(pw.out_channels // ob, ob, C).transpose(0, 2, 1),
@@ -191,10 +187,8 @@ def main():
     from graphselect.measure.affinity import pinned
     from graphselect.target import isa_of, parse_target
     from results_io import cpu_line, save
-    global LANES
     target = parse_target("llvm", threads=a.threads).tvm_target()
     isa = isa_of(target)
-    LANES = isa.lanes
     p = onnx_prep.prepare(models.build(a.model))
     mod = import_onnx(p.model, p.shapes)
     lg = extract(mod)
@@ -240,10 +234,10 @@ def main():
             xv = rx.Var("x", rx.TensorType(layouts.shape_in(dw.in_shape, lay), "float32"))
             params = [xv] + ([rx.Var("r", rx.TensorType(layouts.shape_in(pw.out_shape, layouts.blocked(ob)), "float32"))]
                              if pw.residual else [])
-            consts = pack_block(dw, pw, dl.weight, dl.bias, pl.weight, pl.bias, ob)
+            consts = pack_block(dw, pw, dl.weight, dl.bias, pl.weight, pl.bias, isa.lanes, ob)
 
             def body(bb):
-                f = block_kernel(dw, pw, *v).with_attr("global_symbol", "blk").with_attr("tir.is_scheduled", True)
+                f = block_kernel(dw, pw, isa.lanes, *v).with_attr("global_symbol", "blk").with_attr("tir.is_scheduled", True)
                 g = bb.add_func(f, "blk")
                 return bb.emit(rx.call_tir(g, [xv] + [rx.const(c) for c in consts] + params[1:],
                                            rx.TensorType(layouts.shape_in(pw.out_shape, layouts.blocked(ob)), "float32")))

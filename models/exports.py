@@ -7,6 +7,7 @@ rewrites a model that way, so the two spellings can be compared on one network.
 """
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -26,8 +27,7 @@ def dynamo_pooling(m: onnx.ModelProto, axes=(-1, -2)) -> onnx.ModelProto:
         name = n.name or f"gap{k}"
         if opset >= 18:
             axes_name = f"{name}.axes"
-            g.initializer.append(onnx.numpy_helper.from_array(
-                __import__("numpy").array(list(axes), "int64"), axes_name))
+            g.initializer.append(onnx.numpy_helper.from_array(np.array(list(axes), "int64"), axes_name))
             nodes.append(helper.make_node("ReduceMean", [n.input[0], axes_name], list(n.output),
                                           name=name, keepdims=1))
         else:

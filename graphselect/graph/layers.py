@@ -379,7 +379,7 @@ def _channel_const(e, channels: int) -> bool:
 
 # Reductions that stay in a blocked layout when they reduce over H and W only (keepdims): the
 # global pooling of a squeeze-and-excitation block or a head, however the exporter wrote it
-# (GlobalAveragePool, ReduceMean/ReduceSum/ReduceMax with axes [2, 3] or [-2, -1]).
+# (GlobalAveragePool; ReduceMean/Sum/Max/Min with axes [2, 3] or counted from the end, [-2, -1]).
 SPATIAL_REDUCTIONS = ("relax.mean", "relax.sum", "relax.max", "relax.min")
 
 
