@@ -5,11 +5,11 @@ from functools import lru_cache
 
 from ..codehash import source_hash
 from ..graph.layers import ConvSpec
-from . import base, depthwise, direct, nchwc, nchwc_bf16, nchwc_int8, pointwise, sparse_csr, winograd, winograd_bf16
+from . import base, depthwise, direct, dwpw, nchwc, nchwc_bf16, nchwc_int8, pointwise, sparse_csr, winograd, winograd_bf16
 from .base import Candidate
 
 FAMILIES = {m.FAMILY: m for m in (direct, nchwc, pointwise, depthwise, winograd, sparse_csr, nchwc_bf16,
-                                   winograd_bf16, nchwc_int8)}
+                                   winograd_bf16, nchwc_int8, dwpw)}
 
 
 def precision_of(name: str) -> str:

@@ -163,6 +163,18 @@ def emit_conv(bb, layer: Layer, cand, prim_name: str, target, data, residual):
     return emit_epilogue(bb, y, spec, layer.bias, residual, cand.out_layout)
 
 
+def emit_block(bb, first: Layer, last: Layer, cand, prim_name: str, target, data, residual):
+    """call_tir to a ``dwpw`` block computing ``first`` (the depthwise conv) and ``last`` (the 1x1
+    conv reading it) in one kernel, both epilogues inside, the weights of both pre-packed."""
+    rx = _rx()
+    from ..candidates import dwpw
+    dw, pw = first.conv, last.conv
+    gv = bb.add_func(dwpw.build_chain(cand, dw, pw, target, prim_name), prim_name)
+    consts = [rx.const(a) for a in dwpw.pack_chain(cand, dw, pw, first.weight, first.bias, last.weight, last.bias)]
+    args = [data] + consts + ([residual] if residual is not None else [])
+    return bb.emit(rx.call_tir(gv, args, rx.TensorType(layouts.shape_in(pw.out_shape, cand.out_layout), "float32")))
+
+
 def emit_epilogue(bb, y, spec, bias, residual, layout: str):
     """bias add, residual add, clamp and activation as separate Relax ops on ``y`` (in ``layout``)."""
     rx = _rx()

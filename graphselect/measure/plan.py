@@ -14,6 +14,7 @@ import numpy as np
 from costmodels.table import EdgeTable, LayerTable, Option, option_keys
 
 from .. import candidates as cand_mod
+from ..candidates import dwpw
 from .. import codegen
 from ..graph import layouts
 from ..graph.layers import Layer, LayerGraph, _is_const, _shape, input_layer
@@ -166,7 +167,9 @@ def make_plan(lg: LayerGraph, target, families=None, precisions=("fp32",)) -> Pl
         tables.append(LayerTable(layer.name, layer.kind, tuple(opts)))
         impls[layer.name] = tuple(objs)
     index = {lt.name: i for i, lt in enumerate(tables)}
-    # layout transforms on edges
+    if families is None or dwpw.FAMILY in families:
+        jobs += _add_blocks(lg, tables, index, impls, target, isa, refs, proto)
+    # layout transforms on edges (none to or from a block's token: only its members use it)
     edges = []
     for src, dst, port in lg.edges():
         shape = lg.layers[src].out_shape
@@ -175,7 +178,7 @@ def make_plan(lg: LayerGraph, target, families=None, precisions=("fp32",)) -> Pl
         pairs = {}
         for a in sorted(outs):
             for b in sorted(ins):
-                if a != b and shape is not None and len(shape) == 4:
+                if a != b and shape is not None and len(shape) == 4 and not _token(a) and not _token(b):
                     wl = f"layout_transform {tuple(shape)}"
                     key = f"{a}->{b}"
 
@@ -187,6 +190,71 @@ def make_plan(lg: LayerGraph, target, families=None, precisions=("fp32",)) -> Pl
                     pairs[(a, b)] = (wl, key)
         edges.append(EdgeTable(index[src], index[dst], port, pairs))
     return Plan(tuple(jobs), tuple(tables), tuple(edges), impls, activation_bytes(lg))
+
+
+def _token(layout) -> bool:
+    return isinstance(layout, str) and layout.startswith(dwpw.TOKEN)
+
+
+def chains(lg: LayerGraph) -> list[tuple[Layer, Layer]]:
+    """(depthwise conv, 1x1 conv) pairs a ``dwpw`` block can compute: the 1x1 conv reads the
+    depthwise conv's output on its data port and nothing else reads it."""
+    readers: dict[str, list] = {}
+    for src, dst, port in lg.edges():
+        readers.setdefault(src, []).append((dst, port))
+    out = []
+    for l in lg.layers.values():
+        if l.kind != "conv" or l.name == lg.output:
+            continue
+        rs = readers.get(l.name, [])
+        if len(rs) != 1 or rs[0][1] != 0:
+            continue
+        nxt = lg.layers[rs[0][0]]
+        if nxt.kind == "conv" and dwpw.applies(l.conv, nxt.conv):
+            out.append((l, nxt))
+    return out
+
+
+def _add_blocks(lg: LayerGraph, tables: list, index: dict, impls: dict, target, isa, refs: dict, proto: str) -> list[Job]:
+    """Every ``dwpw`` block of ``lg``: one job per block candidate, and one more option on each
+    member layer, tied by the block's token (``costmodels.blocks``: chosen on both or neither).
+    ``tables``/``impls`` are extended in place; the jobs are returned."""
+    import dataclasses
+    jobs = []
+    version = f"{cand_mod.code_version(dwpw.FAMILY)}.{proto}"
+    for dl, pl in chains(lg):
+        for c in dwpw.propose_chain(dl.conv, pl.conv, (dl.name, pl.name), isa):
+            jobs.append(Job(c.workload, c.key,
+                            (lambda c=c, dl=dl, pl=pl: [dwpw.build_chain(c, dl.conv, pl.conv, target, "main")]),
+                            check=(lambda c=c, dl=dl, pl=pl: _block_check(c, dl, pl, refs)), version=version))
+            inner, last = dwpw.parts(c)
+            di, pi = index[dl.name], index[pl.name]
+            tables[di] = dataclasses.replace(tables[di], options=tables[di].options + (
+                Option(c.key, (c.in_layout,), inner.out_layout),))
+            ins = (inner.out_layout,) + ((c.out_layout,) if pl.conv.residual else ())
+            tables[pi] = dataclasses.replace(tables[pi], options=tables[pi].options + (
+                Option(c.key, ins, c.out_layout, (c.workload, c.key), (), dwpw.FAMILY, c.weight_bytes,
+                       c.workspace_bytes),))
+            impls[dl.name] = impls[dl.name] + (inner,)
+            impls[pl.name] = impls[pl.name] + (last,)
+    return jobs
+
+
+def _block_check(cand, dl: Layer, pl: Layer, refs: dict) -> Check:
+    """The block on its layers' own weights and a fixed random input, against the float64 chain."""
+    from ..candidates.base import TOLERANCE
+    dw, pw = dl.conv, pl.conv
+    key = (dl.name, pl.name, "block")
+    if key not in refs:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(dw.in_shape).astype("float32")
+        r = rng.standard_normal(pw.out_shape).astype("float32") if pw.residual else None
+        refs[key] = (x, r, dwpw.reference(dw, pw, x, dl.weight, dl.bias, pl.weight, pl.bias, r))
+    x, r, y = refs[key]
+    inputs = [layouts.pack(x, cand.in_layout)] + dwpw.pack_chain(cand, dw, pw, dl.weight, dl.bias, pl.weight,
+                                                                 pl.bias) + \
+        ([layouts.pack(r, cand.out_layout)] if r is not None else [])
+    return Check(inputs, layouts.pack(y.astype("float32"), cand.out_layout), TOLERANCE)
 
 
 def _conv_check(cand, layer: Layer, refs: dict) -> Check:

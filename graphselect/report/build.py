@@ -58,7 +58,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
                               "warm_ms": _r(m.warm_ms) if m else None,
                               "incold_ms": _r(m.incold_ms) if m and m.incold_ms is not None else None,
                               "error": m.error if m else "not measured",
-                              "rel_err": m.rel_err if m else None, "flag": flagged.get(tuple(opt.kernel))})
+                              "rel_err": m.rel_err if m else None, "flag": flagged.get(tuple(opt.kernel)) if opt.kernel else None})
             row["candidates"] = cands
             fam_best = {}
             for cd in cands:

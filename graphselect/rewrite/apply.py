@@ -8,14 +8,16 @@ import logging
 
 from ..graph import layouts
 from ..graph.layers import LayerGraph, input_layer
-from ..codegen.emit import emit_agnostic, emit_conv, transform
+from ..candidates import dwpw
+from ..codegen.emit import emit_agnostic, emit_block, emit_conv, transform
 
 log = logging.getLogger(__name__)
 
 
 def apply(lg: LayerGraph, selection: dict, target):
     """Return the annotated IRModule for ``selection`` (conv layer name -> Candidate,
-    agnostic layer name -> layout; other layers run in NCHW)."""
+    agnostic layer name -> layout; other layers run in NCHW). A block's members
+    (``dwpw.BlockCandidate``) are one call, emitted where its last member stands."""
     from tvm import relax as rx, tirx
     import tvm
 
@@ -53,6 +55,15 @@ def apply(lg: LayerGraph, selection: dict, target):
                     continue          # absorbed into a conv layer's epilogue
                 if layer.kind == "conv":
                     cand = selection[layer.name]
+                    if dwpw.is_inner(cand):
+                        continue      # computed by its block, in the block's last member's call
+                    if isinstance(cand, dwpw.BlockCandidate):
+                        first = lg.layers[cand.members[0]]
+                        data = get(first.inputs[0], cand.in_layout)
+                        res = get(layer.inputs[1], cand.out_layout) if layer.conv.residual else None
+                        v = emit_block(bb, first, layer, cand, f"{layer.name}_{cand.family}", target, data, res)
+                        avail[layer.name] = {cand.out_layout: v}
+                        continue
                     data = get(layer.inputs[0], cand.in_layout)
                     res = get(layer.inputs[1], cand.out_layout) if layer.conv.residual else None
                     v = emit_conv(bb, layer, cand, f"{layer.name}_{cand.family}", target, data, res)
