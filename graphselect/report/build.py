@@ -8,6 +8,7 @@ import numpy as np
 from costmodels.explain import compare
 
 from ..candidates import Candidate, precision_of
+from ..candidates.dwpw import BlockCandidate
 from ..rewrite.apply import count_transforms
 
 SCHEMA_VERSION = 3      # 3: prediction_error is out of sample (before the build); calibrated_agreement
@@ -48,7 +49,9 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
                        gflops_warm=_r(layer.conv.flops / 1e6 / ch_iso.time(True), 1) if ch_iso.time(True) else None,
                        in_layout=c.in_layout, out_layout=c.out_layout, weight_layout=c.weight_layout,
                        weight_bytes=c.weight_bytes, workspace_bytes=c.workspace_bytes, sparsity=_r(layer.sparsity),
-                       rel_err=_err(meas, layer.conv.key, c.key))
+                       rel_err=_err(meas, getattr(c, "workload", "") or layer.conv.key, c.key))
+            if isinstance(c, BlockCandidate):
+                row["block"] = {"members": list(c.members), "kernel": c.last}
             cands = []
             for opt, obj in zip(opts, objs):
                 m = meas.get(opt.kernel)
@@ -171,8 +174,45 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "hardware": machine.hardware,
         "chosen_by": selection.chosen_by or sol.method,
         "stage_seconds": stage_seconds,
+        "blocks": _blocks(imported, measured, selection, chosen, innet),
         "layers": layers,
     }
+
+
+def _blocks(imported, measured, selection, chosen, innet) -> list[dict]:
+    """Every block of the returned network: the layers it covers, the hidden traffic it saves (the
+    tensor the per-layer kernels would write and read back), its times against the per-layer
+    kernels' (the fastest alone of each member, summed; and in place, from a network of this run
+    that computed the members one by one, when one was built)."""
+    lg, plan, meas = imported.lg, measured.plan, measured.measurements
+    out = []
+    for name, c in chosen.selection.items():
+        if not isinstance(c, BlockCandidate) or not c.last:
+            continue
+        inner = [lg.layers[m] for m in c.members[:-1]]
+        hidden = sum(4 * int(np.prod(l.out_shape)) for l in inner)
+        m = meas.get((c.workload, c.key))
+        alone = 0.0
+        for mem in c.members:
+            ts = [meas[o.kernel].cold_ms for o in plan.table(mem).options
+                  if o.kernel is not None and o.family != c.family and o.kernel in meas]
+            alone += min(ts) if ts else math.inf
+        per_layer = None
+        for b in selection.built:
+            t = selection.innet.get(b.label)
+            if t is None or any(isinstance(b.selection.get(mem), BlockCandidate) for mem in c.members):
+                continue
+            by = _innet_by_layer(imported, b, t)
+            if all(mem in by for mem in c.members):
+                per_layer = {"network": b.label, "innet_ms": _r(sum(by[mem] for mem in c.members))}
+                break
+        out.append({"kernel": c.key, "members": list(c.members),
+                    "shapes": [lg.layers[mem].conv.describe() for mem in c.members],
+                    "hidden_bytes": hidden, "traffic_saved_bytes": 2 * hidden,
+                    "cold_ms": _r(m.cold_ms) if m else None, "warm_ms": _r(m.warm_ms) if m else None,
+                    "innet_ms": _r(innet.get(name)), "per_layer_best_cold_ms": _r(alone),
+                    "per_layer_innet": per_layer})
+    return out
 
 
 def _precision(settings, acc, checked, layers, label) -> dict:

@@ -634,6 +634,20 @@ def breakdown_table(r: dict) -> str:
     return table(["part", "calls", "ms", "share"], rows, num_cols=(1, 2, 3))
 
 
+def blocks_table(r: dict) -> str:
+    bs = r.get("blocks") or []
+    if not bs:
+        return empty("no block chosen: every layer runs as its own kernel")
+    rows = []
+    for b in bs:
+        pl = b.get("per_layer_innet") or {}
+        rows.append([" + ".join(b.get("members") or []), " → ".join(b.get("shapes") or []), b.get("kernel"),
+                     nbytes(b.get("traffic_saved_bytes")), b.get("cold_ms"), b.get("per_layer_best_cold_ms"),
+                     b.get("innet_ms"), pl.get("innet_ms"), pl.get("network")])
+    return table(["Layers", "Shapes", "Kernel", "Traffic saved", "Cold ms", "Per-layer best cold ms (sum)",
+                  "In network ms", "Per-layer in network ms", "in network"], rows, num_cols=(4, 5, 6, 7))
+
+
 def render_html(report: dict) -> str:
     """The whole page for one report dict (as returned by ``make_report`` or read from report.json)."""
     r = report or {}
@@ -643,6 +657,12 @@ def render_html(report: dict) -> str:
         summary(r),
         section("Conv layers", conv_table(convs, (r.get("hardware") or {}).get("peak_gflops")),
                 "Highlighted rows: the whole-graph choice differs from the candidate fastest on its own."),
+        section("Blocks", blocks_table(r),
+                "A block computes a chain of layers in one kernel (a depthwise conv and the 1x1 conv reading "
+                "it), its hidden tensor in a task's buffer instead of memory: chosen by the same whole-graph "
+                "optimisation, on all its layers or none. Traffic saved: the hidden tensor written and read "
+                "back by the per-layer kernels. Per-layer: the fastest kernel alone of each member, summed, and "
+                "the members' in-place time in a network of this run that computed them one by one."),
         section("Closed loop", loop_table(r),
                 "Each round solves with the calibration the networks timed so far give, builds what it "
                 "has not measured yet, and times every built network plainly and kernel by kernel; the "

@@ -156,6 +156,7 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
             .format(*report["check_handoff_us"]))] if _num_pair(report.get("check_handoff_us")) else []),
         ("solver", _solver(report)),
         ("transforms", f"{_s(report.get('layout_transforms'))} layout_transform ops"),
+        *([("blocks", _blocks(report))] if report.get("blocks") else []),
         ("max rel err", (f"{err:.2e}" if _num(err) else MISSING)
          + (f" (every output, against {ref['name']})" if ref.get("name") else "")),
         *([("precision", _precision(report))] if (report.get("precision") or {}).get("mode", "fp32") != "fp32"
@@ -164,6 +165,18 @@ def _e2e(report: dict) -> list[tuple[str, str]]:
         ("stages", _stages(report)),
         ("records", _records(report)),
     ]
+
+
+def _blocks(report: dict) -> str:
+    """The chosen blocks: how many, the hidden traffic they save, their time against the per-layer
+    kernels' (the fastest alone of each member, summed)."""
+    bs = report.get("blocks") or []
+    saved = sum(b.get("traffic_saved_bytes") or 0 for b in bs)
+    cold = sum(b.get("cold_ms") or 0 for b in bs)
+    alone = sum(b.get("per_layer_best_cold_ms") or 0 for b in bs)
+    return (f"{len(bs)} chosen ({', '.join('+'.join(b['members']) for b in bs[:4])}{', ...' if len(bs) > 4 else ''}), "
+            f"{saved / 2**20:.1f} MiB of hidden traffic saved; cold {_ms(cold)} against {_ms(alone)} for the "
+            f"fastest per-layer kernels alone")
 
 
 def _precision(report: dict) -> str:
