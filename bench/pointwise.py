@@ -60,6 +60,10 @@ def main():
         ref = conv2d_nchw(x, w, bias=b, lo=0.0)
         cands = candidates.propose(spec, ["nchwc", "pointwise"], w, isa)
         proposed = {c.key for c in cands}
+        if not any(c.family == "pointwise" for c in cands):
+            print(f"{I}->{O} {H}x{W}: no pointwise candidate (channels not a multiple of "
+                  f"{isa.lanes}); skipped", flush=True)
+            continue
         if a.grid:
             extra = []
             for c in cands:
