@@ -26,8 +26,9 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 SHAPES = [(320, 1280, 7, 7), (960, 160, 7, 7), (160, 960, 7, 7), (96, 576, 14, 14), (576, 96, 14, 14),
-          (32, 192, 28, 28), (144, 24, 56, 56), (24, 144, 56, 56), (16, 96, 112, 112),
-          (256, 64, 56, 56), (64, 256, 56, 56), (1024, 256, 14, 14), (512, 2048, 7, 7)]
+          (32, 192, 28, 28), (96, 24, 56, 56), (144, 24, 56, 56), (24, 144, 56, 56), (16, 96, 112, 112),
+          (256, 64, 56, 56), (64, 256, 56, 56), (1024, 256, 14, 14), (512, 2048, 7, 7),
+          (40, 240, 28, 28), (240, 40, 28, 28)]     # the last two: EfficientNet-B0's
 
 
 def main():
@@ -35,6 +36,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--grid", action="store_true")
+    ap.add_argument("--shapes", nargs="*", help="only these, written as in the table (e.g. 144->24 56x56)")
     a = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
     import tvm
@@ -52,6 +54,8 @@ def main():
     peak0 = measure_peak_gflops(target, a.threads)
     rows = []
     for I, O, H, W in SHAPES:
+        if a.shapes and f"{I}->{O} {H}x{W}" not in a.shapes:
+            continue
         spec = ConvSpec(1, I, H, W, O, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, clip_lo=0.0)
         rng = np.random.default_rng(0)
         w = (rng.standard_normal((O, I, 1, 1)) / np.sqrt(I)).astype("float32")

@@ -85,9 +85,10 @@ def _out_blocks(ch: int, isa) -> list[int]:
 
 def _reg_n(ob: int, isa) -> int:
     """The middle of ``pointwise``'s tiles (AVX-512: 13 positions by two vectors, 24 by one)."""
-    nv = max(1, ob // isa.lanes)
-    rs = pointwise._reg_ns(max(ob, isa.lanes), isa)
-    return rs[len(rs) // 2] if nv > 1 else rs[0]
+    if ob <= isa.lanes:
+        return max(1, min(isa.registers - 4, 24))
+    rs = pointwise._reg_ns(ob, isa)
+    return rs[len(rs) // 2]
 
 
 def _osplit(tasks: int, OB: int) -> int:

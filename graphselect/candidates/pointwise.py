@@ -40,17 +40,40 @@ def _blocks(ch: int, isa=AVX512) -> list[int]:
     return [b for b in (isa.lanes, 2 * isa.lanes) if ch % b == 0]
 
 
+def _whole_block(ch: int, isa=AVX512) -> list[int]:
+    """Where no whole vector divides the channels but they are one and a half vectors (AVX-512:
+    24; AVX2: 12): every channel in one block, NCHW{ch}c, computed in two whole vectors (the
+    weights padded with zero channels, the padded lanes never stored; 40 channels padded to three
+    vectors ran 3x slower than ``nchwc`` on the Intel Xeon, so only 1.5 vectors). An FMA on half a vector costs the issue slot of a whole one, so the padding costs no
+    FMA throughput, while half-vector blocks (NCHW8c on AVX-512) run every FMA at half width:
+    on the Intel Xeon, MobileNetV2's 144->24 1x1 ran at 188-216 GFLOP/s in NCHW8c against an FMA
+    peak of ~440."""
+    half = isa.lanes // 2
+    if _blocks(ch, isa) or half < 4 or ch % half or not isa.lanes < ch < 2 * isa.lanes:
+        return []
+    return [ch]
+
+
+def _channel_blocks(ch: int, isa=AVX512) -> list[int]:
+    return _blocks(ch, isa) or _whole_block(ch, isa)
+
+
 def _reg_ns(ob: int, isa=AVX512) -> list[int]:
-    """Positions per register tile. Two vectors of channels: as many as the registers hold beside
-    the weight vectors and one broadcast, and one and two fewer (AVX2: 4, 5, 6; AVX-512: 12-14).
-    One vector: that count less two, at most 24 (AVX2: 12). On Zen 3, timing every tile from 4 to
-    14 positions, the best two-vector tile of each of 12 MobileNetV2 and ResNet-50 1x1 shapes was
-    4, 5 or 6; where only one vector divides the channels (144->24) 9 beat 12 by 11%, a case too
+    """Positions per register tile. Two vectors of channels (or one and a half to two and a half,
+    :func:`_whole_block`, in whole registers): as many as the registers hold beside the weight
+    vectors and one broadcast, and one and two fewer (AVX2: 4, 5, 6; AVX-512: 12-14). One vector:
+    that count less two, at most 24 (AVX2: 12). On Zen 3, timing every tile from 4 to 14
+    positions, the best two-vector tile of each of 12 MobileNetV2 and ResNet-50 1x1 shapes was 4,
+    5 or 6; where only one vector divides the channels (144->24) 9 beat 12 by 11%, a case too
     small to pay for more candidates (`bench/results/pointwise-20261203-195237.md`)."""
-    nv = ob // isa.lanes
+    nv = -(-ob // isa.lanes)          # registers per position
     most = (isa.registers - nv - 1) // nv
     if nv == 1:
-        return [max(1, min(most - 2, 24))]
+        if most - 2 <= 12:
+            return [max(1, most - 2)]
+        # 32 registers: 24 positions by one vector ran 1.6-2.2x the best of a 4-24 grid on the
+        # Intel Xeon (24->144 56x56 best at 4, 40->240 28x28 at 8; pointwise-20261204 notebook)
+        return [4, 8]
     return [r for r in (most - 2, most - 1, most) if r >= 1]
 
 
@@ -59,13 +82,15 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=AVX512) -> lis
         return []
     out = []
     positions = spec.out_h * spec.out_w
-    for ib in _blocks(spec.in_channels, isa):
-        for ob in _blocks(spec.out_channels, isa):
+    for ib in _channel_blocks(spec.in_channels, isa):
+        for ob in _channel_blocks(spec.out_channels, isa):
+            wide = -(-ob // isa.lanes) * isa.lanes
+            extra = {"wide": wide} if wide != ob else {}
             for rn in sorted({min(r, positions) for r in _reg_ns(ob, isa)}):
                 out.append(make_candidate(
                     FAMILY, spec, in_layout=layouts.blocked(ib), out_layout=layouts.blocked(ob),
-                    weight_layout=f"OI{ob}o", weight_elems=spec.out_channels * spec.in_channels,
-                    ic_bn=ib, oc_bn=ob, reg_n=rn))
+                    weight_layout=f"OI{wide}o", weight_elems=spec.out_channels // ob * wide * spec.in_channels,
+                    ic_bn=ib, oc_bn=ob, reg_n=rn, **extra))
     return out
 
 
@@ -75,8 +100,10 @@ def _epi(v, spec: ConvSpec, b, r, n, oc, p, l):
     return epilogue_value(v, spec, b[oc, l] if spec.bias else None, r[n, oc, p, l] if spec.residual else None)
 
 
-def kernel(spec: ConvSpec, ib: int, ob: int, rn: int):
-    """The PrimFunc ``(data, weight, [bias], [residual], out)``: weight packed (O/ob, I, ob)."""
+def kernel(spec: ConvSpec, ib: int, ob: int, rn: int, wide: int | None = None):
+    """The PrimFunc ``(data, weight, [bias], [residual], out)``: weight packed (O/ob, I, wide),
+    ``wide`` (default ``ob``) the accumulated lanes, whole vectors (:func:`_whole_block`: zero
+    channels beyond ``ob``, computed and never stored)."""
     from tvm.script import tirx as T
     N, I, H, W = spec.in_shape
     O = spec.out_channels
@@ -86,23 +113,29 @@ def kernel(spec: ConvSpec, ib: int, ob: int, rn: int):
     units = N * OB
     chunks = max(1, min(tiles, -(-MIN_TASKS // units))) if tiles else 1
     per = -(-tiles // chunks) if tiles else 0
-    xs, ws, bs, ys = (N, IB, H, W, ib), (OB, I, ob), (OB, ob), (N, OB, H, W, ob)
+    wide = wide or ob
+    v2 = wide - ob            # a whole block is whole vectors and a half (:func:`_whole_block`)
+    v1 = ob - v2
+    xs, ws, bs, ys = (N, IB, H, W, ib), (OB, I, wide), (OB, ob), (N, OB, H, W, ob)
 
     @T.macro
     def tile(xf, w, b, rf, yf, n, oc, base, m):
         # m positions from ``base``: accumulate over every input channel, then the epilogue
-        acc = T.alloc_buffer((m, ob), "float32", scope="local")
+        acc = T.alloc_buffer((m, wide), "float32", scope="local")
         for i in T.unroll(m):
-            for l in T.vectorized(ob):
+            for l in T.vectorized(wide):
                 acc[i, l] = T.float32(0)
         for icb in range(IB):
             for ici in T.unroll(ib):
                 for i in T.unroll(m):
-                    for l in T.vectorized(ob):
+                    for l in T.vectorized(wide):
                         acc[i, l] = acc[i, l] + xf[n, icb, base + i, ici] * w[oc, icb * ib + ici, l]
         for i in T.unroll(m):
-            for l in T.vectorized(ob):
+            for l in T.vectorized(v1):
                 yf[n, oc, base + i, l] = _epi(acc[i, l], spec, b, rf, n, oc, base + i, l)
+            if v2 > 0:
+                for l in T.vectorized(v2):
+                    yf[n, oc, base + i, v1 + l] = _epi(acc[i, v1 + l], spec, b, rf, n, oc, base + i, v1 + l)
 
     @T.macro
     def body(x, w, b, r, y):
@@ -143,14 +176,17 @@ def kernel(spec: ConvSpec, ib: int, ob: int, rn: int):
 
 
 def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv"):
-    f = kernel(spec, cand.param("ic_bn"), cand.param("oc_bn"), cand.param("reg_n"))
+    f = kernel(spec, cand.param("ic_bn"), cand.param("oc_bn"), cand.param("reg_n"),
+               dict(cand.params).get("wide"))
     return finish(f, cand, spec, name)
 
 
 def pack(cand: Candidate, spec: ConvSpec, weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
     ob = cand.param("oc_bn")
+    wide = dict(cand.params).get("wide", ob)
     O, I = weight.shape[:2]
-    out = [np.ascontiguousarray(weight.reshape(O // ob, ob, I).transpose(0, 2, 1), dtype="float32")]
+    w = weight.reshape(O // ob, ob, I).transpose(0, 2, 1)
+    out = [np.ascontiguousarray(np.pad(w, ((0, 0), (0, 0), (0, wide - ob))), dtype="float32")]
     if spec.bias:
         out.append(np.ascontiguousarray(bias.reshape(O // ob, ob), dtype="float32"))
     return out

@@ -246,6 +246,39 @@ def test_pointwise_every_tile_and_epilogue(spec, isa_name):
         assert f.attrs["graphselect.family"] == "pointwise"
 
 
+@pytest.mark.parametrize("isa_name,spec", [
+    # AVX-512: MobileNetV2's 24-channel projection with its residual, and the expand reading it;
+    # 7x5 positions no tile divides, ReLU6
+    ("avx512", ConvSpec(1, 48, 7, 5, 24, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, residual=True)),
+    ("avx512", ConvSpec(1, 24, 5, 7, 32, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, clip_lo=0.0, clip_hi=6.0)),
+    ("avx512", ConvSpec(2, 24, 3, 3, 24, (1, 1), (1, 1), (0, 0, 0, 0))),
+    # AVX2: 12 channels, one and a half vectors of 8
+    ("avx2", ConvSpec(1, 16, 6, 5, 12, (1, 1), (1, 1), (0, 0, 0, 0), bias=True, residual=True, clip_lo=0.0)),
+])
+def test_pointwise_whole_block_of_one_and_a_half_vectors(isa_name, spec):
+    """24 channels on AVX-512 (12 on AVX2), which no whole vector divides, get one NCHW24c block
+    computed in two whole vectors: the weights padded with zero channels, the padded lanes never
+    stored (a store past them would overwrite the next position's channels)."""
+    from graphselect.target import AVX512, VectorIsa
+    isa = VectorIsa(8, 16) if isa_name == "avx2" else AVX512
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(spec.in_shape).astype("float32")
+    w = rng.standard_normal((spec.out_channels, spec.in_channels, 1, 1)).astype("float32")
+    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
+    r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+    ref = conv2d_nchw(x, w, bias=b, residual=r, lo=spec.clip_lo, hi=spec.clip_hi)
+    cands = candidates.propose(spec, ["pointwise"], isa=isa)
+    whole = 1.5 * isa.lanes
+    odd = [c for c in cands if whole in (c.param("oc_bn"), c.param("ic_bn"))]
+    assert odd, [c.key for c in cands]
+    for c in odd:
+        if c.param("oc_bn") == whole:
+            assert c.param("wide") == 2 * isa.lanes and c.out_layout == f"NCHW{int(whole)}c"
+            assert c.param("reg_n") <= (isa.registers - 3) // 2
+        got, _ = _run(c, spec, x, w, b, r)
+        assert rel_err(got, ref) < 1e-5, c.key
+
+
 def test_pointwise_only_for_unpadded_1x1_stride_1():
     from graphselect.target import VectorIsa
     AVX2 = VectorIsa(8, 16)
@@ -255,7 +288,7 @@ def test_pointwise_only_for_unpadded_1x1_stride_1():
                  ConvSpec(1, 16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1)),      # 3x3
                  ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (1, 1, 1, 1)),      # padded
                  ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0), groups=2),
-                 ConvSpec(1, 12, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0))):     # no block divides 12
+                 ConvSpec(1, 10, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0))):     # no block divides 10
         assert not candidates.propose(spec, ["pointwise"], isa=AVX2), spec.describe()
     # the tile follows the vector unit: two vectors on AVX2 leave room for 6 positions, one for 12
     assert {(c.param("oc_bn"), c.param("reg_n")) for c in candidates.propose(ok, ["pointwise"], isa=AVX2)} == \
