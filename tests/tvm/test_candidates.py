@@ -224,17 +224,23 @@ PW_SPECS = [
 ]
 
 
+def _pw_inputs(spec: ConvSpec, seed: int):
+    """Input, 1x1 weights, bias and residual (None where ``spec`` has none) for a pointwise test."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(spec.in_shape).astype("float32")
+    w = rng.standard_normal((spec.out_channels, spec.in_channels, 1, 1)).astype("float32")
+    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
+    r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+    return x, w, b, r
+
+
 @pytest.mark.parametrize("spec", PW_SPECS, ids=lambda s: s.describe() + " " + s.epilogue)
 @pytest.mark.parametrize("isa_name", ["avx2", "avx512"])
 def test_pointwise_every_tile_and_epilogue(spec, isa_name):
     from graphselect.candidates.base import activation_np
     from graphselect.target import AVX512, VectorIsa
     isa = VectorIsa(8, 16) if isa_name == "avx2" else AVX512
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal(spec.in_shape).astype("float32")
-    w = rng.standard_normal((spec.out_channels, spec.in_channels, 1, 1)).astype("float32")
-    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
-    r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+    x, w, b, r = _pw_inputs(spec, 1)
     ref = activation_np(conv2d_nchw(x, w, bias=b, residual=r, lo=spec.clip_lo, hi=spec.clip_hi), spec.act)
     cands = candidates.propose(spec, ["pointwise"], isa=isa)
     assert cands, spec.describe()
@@ -261,11 +267,7 @@ def test_pointwise_whole_block_of_one_and_a_half_vectors(isa_name, spec):
     stored (a store past them would overwrite the next position's channels)."""
     from graphselect.target import AVX512, VectorIsa
     isa = VectorIsa(8, 16) if isa_name == "avx2" else AVX512
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal(spec.in_shape).astype("float32")
-    w = rng.standard_normal((spec.out_channels, spec.in_channels, 1, 1)).astype("float32")
-    b = rng.standard_normal(spec.out_channels).astype("float32") if spec.bias else None
-    r = rng.standard_normal(spec.out_shape).astype("float32") if spec.residual else None
+    x, w, b, r = _pw_inputs(spec, 2)
     ref = conv2d_nchw(x, w, bias=b, residual=r, lo=spec.clip_lo, hi=spec.clip_hi)
     cands = candidates.propose(spec, ["pointwise"], isa=isa)
     whole = 1.5 * isa.lanes
