@@ -45,7 +45,12 @@ def test_every_candidate_matches_numpy(spec):
                       lo=spec.clip_lo, hi=spec.clip_hi)
     cands = candidates.propose(spec)
     wino = spec.kernel == (3, 3) and spec.stride == (1, 1) and spec.out_channels % 16 == 0
-    assert {c.family for c in cands} == {"direct", "nchwc"} | ({"winograd"} if wino else set())
+    # pointwise: a 1x1 stride-1 conv whose channels are whole AVX-512 vectors, or 24 (one
+    # NCHW24c block computed in two vectors)
+    pw = (spec.kernel == (1, 1) and spec.stride == (1, 1)
+          and all(ch % 16 == 0 or ch == 24 for ch in (spec.in_channels, spec.out_channels)))
+    want = {"direct", "nchwc"} | ({"winograd"} if wino else set()) | ({"pointwise"} if pw else set())
+    assert {c.family for c in cands} == want
     for c in cands:
         got, f = _run(c, spec, x, w, b, r)
         assert got.shape == ref.shape
