@@ -44,8 +44,8 @@ def _whole_block(ch: int, isa=AVX512) -> list[int]:
     """Where no whole vector divides the channels but they are one and a half vectors (AVX-512:
     24; AVX2: 12): every channel in one block, NCHW{ch}c, computed in two whole vectors (the
     weights padded with zero channels, the padded lanes never stored; 40 channels padded to three
-    vectors ran 3x slower than ``nchwc`` on the Intel Xeon, so only 1.5 vectors). An FMA on half a vector costs the issue slot of a whole one, so the padding costs no
-    FMA throughput, while half-vector blocks (NCHW8c on AVX-512) run every FMA at half width:
+    vectors ran 3x slower than ``nchwc`` on the Intel Xeon, so only 1.5 vectors). An FMA on half a
+    vector costs the issue slot of a whole one, so the padding costs no FMA throughput, while half-vector blocks (NCHW8c on AVX-512) run every FMA at half width:
     on the Intel Xeon, MobileNetV2's 144->24 1x1 ran at 188-216 GFLOP/s in NCHW8c against an FMA
     peak of ~440."""
     half = isa.lanes // 2
@@ -62,7 +62,7 @@ def _reg_ns(ob: int, isa=AVX512) -> list[int]:
     """Positions per register tile. Two vectors of channels (or one and a half to two and a half,
     :func:`_whole_block`, in whole registers): as many as the registers hold beside the weight
     vectors and one broadcast, and one and two fewer (AVX2: 4, 5, 6; AVX-512: 12-14). One vector:
-    that count less two, at most 24 (AVX2: 12). On Zen 3, timing every tile from 4 to 14
+    that count less two where that is at most 12 (AVX2: 12), else 4 and 8 (AVX-512). On Zen 3, timing every tile from 4 to 14
     positions, the best two-vector tile of each of 12 MobileNetV2 and ResNet-50 1x1 shapes was 4,
     5 or 6; where only one vector divides the channels (144->24) 9 beat 12 by 11%, a case too
     small to pay for more candidates (`bench/results/pointwise-20261203-195237.md`)."""

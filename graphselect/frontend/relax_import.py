@@ -4,7 +4,6 @@ any BatchNormalization not folded at the ONNX level decomposed into multiply/add
 from __future__ import annotations
 
 import numpy as np
-import tvm
 
 from ..errors import UnsupportedModel
 
@@ -52,6 +51,7 @@ def fold_in_numpy(mod):
     """``mod`` with calls of :data:`_NUMPY_FOLD` ops whose arguments are all constants replaced
     by their value (a constant of the call's dtype and shape); FoldConstant gives the same module
     (``tests/tvm/test_import_fold.py``)."""
+    import tvm
     from tvm import relax
     from ..graph.layers import _is_const, const_value
 

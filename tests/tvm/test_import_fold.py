@@ -15,6 +15,7 @@ from tvm.relax.frontend.onnx import from_onnx
 import models
 from graphselect.frontend import onnx_prep
 from graphselect.frontend.relax_import import _NUMPY_FOLD, fold_in_numpy, import_onnx
+from graphselect.graph.layers import _is_const
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -58,7 +59,7 @@ def _foldable_calls(mod):
     consts, found = set(), []
 
     def const(a):
-        return type(a).__name__ in ("GenericConst", "Constant") or (isinstance(a, relax.Var) and a in consts)
+        return _is_const(a) or (isinstance(a, relax.Var) and a in consts)
 
     for block in mod["main"].body.blocks:
         for b in block.bindings:
