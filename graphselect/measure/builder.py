@@ -17,9 +17,12 @@ COMPILE_TIMEOUT_S = 300.0  # one kernel's compile; beyond it the compiler is tak
 
 
 def compile_func(func, target):
-    """One PrimFunc as a runtime module, in this process."""
+    """One PrimFunc as a runtime module, in this process: its symbol as its ``global_symbol``
+    says (``main`` when it has none), and callable as ``main`` either way (TVM's entry alias of a
+    one-function module)."""
     import tvm
-    func = func.with_attr("global_symbol", "main")
+    if func.attrs is None or "global_symbol" not in func.attrs:
+        func = func.with_attr("global_symbol", "main")
     return tvm.compile(tvm.IRModule({"main": func}), target=target).mod
 
 
@@ -48,12 +51,14 @@ class _Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True, bufsize=1, env={**os.environ, "TVM_NUM_THREADS": "1"})
 
-    def request(self, func_path: str, target: dict, out: str, timeout: float, cc: str | None = None) -> str:
+    def request(self, func_path: str, target: dict, out: str, timeout: float, cc: str | None = None,
+                obj: str | None = None) -> str:
         import json
         import select
         from .compile_worker import MARK
         try:
-            self.proc.stdin.write(json.dumps({"func": func_path, "target": target, "out": out, "cc": cc}) + "\n")
+            self.proc.stdin.write(json.dumps({"func": func_path, "target": target, "out": out, "cc": cc,
+                                              "obj": obj}) + "\n")
             self.proc.stdin.flush()
         except OSError:                  # the process is gone (broken pipe)
             raise _Dead() from None
@@ -97,13 +102,17 @@ def _plain(v):
 class Builder:
     """Compiles PrimFuncs: in ``workers`` compiler processes when more than one (each to a shared
     library), else in this process. ``files``: return library files (kept until ``close``), not
-    loaded modules; ``cc``: the C compiler that links them (a cross compiler)."""
+    loaded modules; ``cc``: the C compiler that links them (a cross compiler); ``keep``: the
+    folder where each kernel's object file is kept for network builds to link
+    (``measure.kernels``; this machine's CPU only, never with ``cc``)."""
 
-    def __init__(self, target, workers: int = 1, *, cc: str | None = None, files: bool = False):
+    def __init__(self, target, workers: int = 1, *, cc: str | None = None, files: bool = False,
+                 keep=None):
         self.target = target
         self.workers = workers if target is not None else 1
         self.cc = cc
         self.files = files
+        self.keep = keep if cc is None and target is not None else None
         self._free = None
         self._all: list[_Worker] = []
         self._dir = None
@@ -139,8 +148,18 @@ class Builder:
                 self._all.append(w)
                 self._free.put(w)
 
+    def _named(self, func):
+        """``func`` under its kernel symbol and the object file to keep (``keep``), or under
+        ``main`` and None."""
+        if self.keep is None:
+            return func.with_attr("global_symbol", "main"), None
+        from .kernels import kernel_key, symbol
+        key = kernel_key(func, self.target)
+        return func.with_attr("global_symbol", symbol(key)), self.keep / f"{key}.o"
+
     def _one(self, func, target: dict, base: str):
         import tvm
+        func, obj = self._named(func)
         with open(base + ".json", "w") as f:
             f.write(tvm.ir.save_json(func))
         for attempt in range(2):          # a process that died is replaced and the kernel tried once more
@@ -148,7 +167,8 @@ class Builder:
             if w.proc.poll() is not None:   # found dead before use: replace it, no attempt spent
                 w = self._replace(w)
             try:
-                path = w.request(base + ".json", target, base + ".so", COMPILE_TIMEOUT_S, self.cc)
+                path = w.request(base + ".json", target, base + ".so", COMPILE_TIMEOUT_S, self.cc,
+                                 None if obj is None or obj.exists() else str(obj))
                 self._free.put(w)
                 return path if self.files else tvm.runtime.load_module(path)
             except (FutureTimeout, _Dead) as e:
@@ -168,7 +188,11 @@ class Builder:
 
     def _here(self, func):
         try:
+            func, obj = self._named(func)
             mod = compile_func(func, self.target)
+            if obj is not None:
+                from .kernels import keep_object
+                keep_object(mod, obj)
             return export(mod, self._path() + ".so", self.cc) if self.files else mod
         except Exception as e:  # noqa: BLE001 - a failing compile is a value
             return e

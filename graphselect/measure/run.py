@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing: TimingConfig = TimingConfig(),
             progress: Callable[[int, int, str], None] | None = None, batch: int = 48, workers: int = 1,
             probe: LoadProbe | None = None, retime: bool = True, runner=None,
-            cc: str | None = None, clock: dict | None = None) -> dict[tuple[str, str], Measurement]:
+            cc: str | None = None, clock: dict | None = None, kernels=None) -> dict[tuple[str, str], Measurement]:
     """Measure ``jobs`` not already in ``store``; return a Measurement per (workload, candidate).
 
     ``runner``: where kernels run (default: a :class:`~measure.local.LocalRunner` guarded by
@@ -29,7 +29,8 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     kernels (a cross compiler for another architecture). ``retime`` re-times stored records that
     :func:`~measure.local.stale` rejects (needs the probe's quiet time). With a remote runner the
     next batch compiles while the devices time this one. ``clock`` (a dict) gets the seconds
-    spent waiting for the builder (``build_s``) and in the runner (``run_s``)."""
+    spent waiting for the builder (``build_s``) and in the runner (``run_s``). ``kernels``: the folder
+    where each compiled kernel's object file is kept for network builds (``measure.kernels``)."""
     runner = runner if runner is not None else LocalRunner(probe)
     probe = getattr(runner, "probe", None)
     out: dict[tuple[str, str], Measurement] = {}
@@ -87,7 +88,7 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
             k += len(fs)
         return arts, failed, time.perf_counter() - t0
 
-    with Builder(target, workers, cc=cc, files=runner.files) as builder, ThreadPoolExecutor(1) as ahead:
+    with Builder(target, workers, cc=cc, files=runner.files, keep=kernels) as builder, ThreadPoolExecutor(1) as ahead:
         _run(todo, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done, clock=clock,
              progress=progress, total=total)
         if probe is not None and retime:

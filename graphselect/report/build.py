@@ -174,6 +174,9 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "hardware": machine.hardware,
         "chosen_by": selection.chosen_by or sol.method,
         "stage_seconds": stage_seconds,
+        # every network the loop built: compiled, linked from the kernels measurement compiled, or
+        # loaded from the build cache (stages.build.Built.origin)
+        "builds": [{"label": b.label, "origin": b.origin, "kernels_linked": b.linked} for b in selection.built],
         "blocks": _blocks(imported, measured, selection, chosen, innet),
         "layers": layers,
     }

@@ -29,6 +29,10 @@ class Built:
     executable: object                 # the compiled VM executable (or the loaded library)
     library: Path | None = None        # the exported library it was loaded from, when cached
     symbols: dict = field(default_factory=dict)   # PrimFunc symbol -> conv layer name (rewrite.apply's names)
+    # how it was made: "compiled" (every PrimFunc), "linked" (the kernels measurement compiled
+    # linked in, the rest compiled: measure.kernels) or "cache" (loaded from the build cache)
+    origin: str = "compiled"
+    linked: int = 0                    # PrimFuncs linked from measurement's objects
 
     @property
     def choice(self) -> tuple[int, ...]:
@@ -64,13 +68,13 @@ def build_all(imported: Imported, measured: Measured, wants, s: Settings, progre
                 lowered = lower(b.module, s.target)
             except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
                 raise _failed(b.label, e) from e
-            todo.append((i, b, lowered, cached))
+            todo.append((i, b, lowered, cached, _linked(lowered, cached, s)))
     done = len(ready)
     if progress is not None and done:
         progress(done, len(wants), "loaded from the build cache")
     failure = None
     with ThreadPoolExecutor(max(1, min(s.workers, len(todo)))) as pool:
-        futures = {pool.submit(_compile, b, lowered, cached, s): i for i, b, lowered, cached in todo}
+        futures = {pool.submit(_compile, b, lowered, cached, s, linked): i for i, b, lowered, cached, linked in todo}
         for f in as_completed(futures):
             i = futures[f]
             try:
@@ -98,7 +102,7 @@ def _rewrite(imported: Imported, measured: Measured, label: str, assignment, s: 
     cached = build_path(module, s)
     if cached is not None and cached.exists():
         try:
-            return replace(b, executable=tvm.runtime.load_module(str(cached)), library=cached), cached
+            return replace(b, executable=tvm.runtime.load_module(str(cached)), library=cached, origin="cache"), cached
         except Exception:  # noqa: BLE001 - a damaged cache file is rebuilt
             log.info("cached build %s could not be loaded; rebuilding", cached)
     return b, cached
@@ -108,10 +112,29 @@ def _failed(label: str, e: Exception) -> BuildError:
     return BuildError(f"the {label} selection did not compile: {str(e).strip().splitlines()[-1][:300]}")
 
 
-def _compile(b: Built, lowered, cached: Path | None, s: Settings) -> Built:
+def _linked(lowered, cached: Path | None, s: Settings):
+    """``lowered`` with the kernels measurement compiled swapped in (``measure.kernels``):
+    (module, objects, linker options), or None when none is kept (or the build is not kept in a
+    file, which linking them needs)."""
+    from ..measure.kernels import kernel_dir, link_measured
+    if cached is None:
+        return None
+    mod, objects, options = link_measured(lowered, kernel_dir(s.cache, s.spec.foreign, s.remote), s.target)
+    return (mod, objects, options) if objects else None
+
+
+def _compile(b: Built, lowered, cached: Path | None, s: Settings, linked=None) -> Built:
     """``b``'s ``lowered`` module compiled, and kept at ``cached`` (thread-safe: its passes are
-    TVM's own, and TVM's target and pass contexts are per thread)."""
+    TVM's own, and TVM's target and pass contexts are per thread). With ``linked`` (from
+    :func:`_linked`) the kernels measurement compiled are linked in instead of compiled again;
+    should that fail, the whole module is compiled as before."""
     from ..codegen.lower import compile_module
+    if linked is not None:
+        try:
+            return _compile_linked(b, cached, s, *linked)
+        except Exception as e:  # noqa: BLE001 - linking is an optimisation: compile it all instead
+            log.warning("linking the measured kernels into the %s network failed (%s); compiling them again",
+                        b.label, str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__)
     try:
         ex = compile_module(lowered, s.target)
     except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
@@ -127,6 +150,28 @@ def _compile(b: Built, lowered, cached: Path | None, s: Settings) -> Built:
         except OSError as e:       # the cache is an optimisation: never fail the run for it
             log.warning("could not keep the build in %s: %s", cached.parent, e)
     return replace(b, executable=ex)
+
+
+def _compile_linked(b: Built, cached: Path, s: Settings, mod, objects, options) -> Built:
+    """:func:`_compile` of ``mod``, whose measured kernels are ``objects``: compiled, linked with
+    them into ``cached`` and loaded from there (the VM finds the kernels in the library only)."""
+    import tvm
+    from ..codegen.lower import compile_module
+    ex = compile_module(mod, s.target)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(f".{cached.stem}.{os.getpid()}.{threading.get_ident()}.partial.so")
+    try:
+        with _EXPORT:
+            with silence_stderr():
+                ex.export_library(str(tmp), addons=list(objects), options=list(options))
+        lib = tvm.runtime.load_module(str(tmp))
+        from tvm import relax
+        relax.VirtualMachine(lib, tvm.cpu())        # every kernel resolved now, not at the first call
+        os.replace(tmp, cached)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return replace(b, executable=lib, library=cached, origin="linked", linked=len(options))
 
 
 # silence_stderr redirects the process's stderr: one export at a time holds it

@@ -46,7 +46,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
 
     def timed(jobs, shown):
         return run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
-                   runner=runner(s, probe), cc=s.cc, clock=clock,
+                   runner=runner(s, probe), cc=s.cc, clock=clock, kernels=kernel_dir(s),
                    progress=lambda d, n, m: s.progress("measure", shown + d, len(keys), m))
     meas = timed(now, 0)
     pruned = []
@@ -82,6 +82,12 @@ def _layouts(plan):
             if o.kernel is not None:
                 out.setdefault(tuple(o.kernel), f"{','.join(o.in_layouts)}->{o.out_layout}")
     return lambda w, c: out.get((w, c), "?")
+
+
+def kernel_dir(s: Settings):
+    """Where compiled kernels are kept for network builds to link (``measure.kernels``)."""
+    from ..measure.kernels import kernel_dir as where
+    return where(s.cache, s.spec.foreign, s.remote)
 
 
 def runner(s: Settings, probe=None):
@@ -140,7 +146,8 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
         store.delete(s.ctx, match=None, key=(j.workload, j.candidate, j.version))
     probe = load_probe(s, store) if jobs else None
     new = run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
-              runner=runner(s, probe), cc=s.cc, progress=lambda d, n, m: s.progress("measure", d, n, m))
+              runner=runner(s, probe), cc=s.cc, kernels=kernel_dir(s),
+              progress=lambda d, n, m: s.progress("measure", d, n, m))
     if probe is not None:
         keep_quiet(s, store, probe)
     return [(j.workload, j.candidate, old[j.key], new.get(j.key)) for j in jobs]
