@@ -16,13 +16,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 COMPILE_TIMEOUT_S = 300.0  # one kernel's compile; beyond it the compiler is taken as hung
 
 
-def compile_func(func, target):
-    """One PrimFunc as a runtime module, in this process: its symbol as its ``global_symbol``
-    says (``main`` when it has none), and callable as ``main`` either way (TVM's entry alias of a
-    one-function module)."""
+def compile_func(func, target, symbol: str = "main"):
+    """One PrimFunc as a runtime module, in this process, under ``symbol`` (callable as ``main``
+    whatever the symbol: TVM's entry alias of a one-function module)."""
     import tvm
-    if func.attrs is None or "global_symbol" not in func.attrs:
-        func = func.with_attr("global_symbol", "main")
+    func = func.with_attr("global_symbol", symbol)
     return tvm.compile(tvm.IRModule({"main": func}), target=target).mod
 
 
@@ -52,13 +50,13 @@ class _Worker:
                                      text=True, bufsize=1, env={**os.environ, "TVM_NUM_THREADS": "1"})
 
     def request(self, func_path: str, target: dict, out: str, timeout: float, cc: str | None = None,
-                obj: str | None = None) -> str:
+                symbol: str = "main", obj: str | None = None) -> str:
         import json
         import select
         from .compile_worker import MARK
         try:
             self.proc.stdin.write(json.dumps({"func": func_path, "target": target, "out": out, "cc": cc,
-                                              "obj": obj}) + "\n")
+                                              "symbol": symbol, "obj": obj}) + "\n")
             self.proc.stdin.flush()
         except OSError:                  # the process is gone (broken pipe)
             raise _Dead() from None
@@ -148,18 +146,18 @@ class Builder:
                 self._all.append(w)
                 self._free.put(w)
 
-    def _named(self, func):
-        """``func`` under its kernel symbol and the object file to keep (``keep``), or under
-        ``main`` and None."""
+    def _named(self, func) -> tuple[str, str | None]:
+        """The symbol to compile ``func`` under and where to keep its object file: its kernel
+        symbol and ``keep/<key>.o`` with ``keep``, else ``main`` and None."""
         if self.keep is None:
-            return func.with_attr("global_symbol", "main"), None
+            return "main", None
         from .kernels import kernel_key, symbol
         key = kernel_key(func, self.target)
-        return func.with_attr("global_symbol", symbol(key)), self.keep / f"{key}.o"
+        return symbol(key), str(self.keep / f"{key}.o")
 
     def _one(self, func, target: dict, base: str):
         import tvm
-        func, obj = self._named(func)
+        sym, obj = self._named(func)
         with open(base + ".json", "w") as f:
             f.write(tvm.ir.save_json(func))
         for attempt in range(2):          # a process that died is replaced and the kernel tried once more
@@ -167,8 +165,7 @@ class Builder:
             if w.proc.poll() is not None:   # found dead before use: replace it, no attempt spent
                 w = self._replace(w)
             try:
-                path = w.request(base + ".json", target, base + ".so", COMPILE_TIMEOUT_S, self.cc,
-                                 None if obj is None or obj.exists() else str(obj))
+                path = w.request(base + ".json", target, base + ".so", COMPILE_TIMEOUT_S, self.cc, sym, obj)
                 self._free.put(w)
                 return path if self.files else tvm.runtime.load_module(path)
             except (FutureTimeout, _Dead) as e:
@@ -188,11 +185,12 @@ class Builder:
 
     def _here(self, func):
         try:
-            func, obj = self._named(func)
-            mod = compile_func(func, self.target)
+            sym, obj = self._named(func)
+            mod = compile_func(func, self.target, sym)
             if obj is not None:
+                from pathlib import Path
                 from .kernels import keep_object
-                keep_object(mod, obj)
+                keep_object(mod, Path(obj))
             return export(mod, self._path() + ".so", self.cc) if self.files else mod
         except Exception as e:  # noqa: BLE001 - a failing compile is a value
             return e

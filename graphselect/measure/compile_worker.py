@@ -1,6 +1,6 @@
 """A compiler process for :class:`graphselect.measure.builder.Builder`: reads one request per line
 on stdin (a PrimFunc as TVM JSON in a file, the target, where to write the library, the C compiler
-that links it, where to keep its object file), compiles it
+that links it, the kernel's symbol, where to keep its object file), compiles it
 and answers one line on stdout. Started as ``python -m graphselect.measure.compile_worker``, so
 it never imports the user's main module (as multiprocessing's spawn would) and never inherits
 the parent's threads (as fork would)."""
@@ -25,9 +25,7 @@ def main() -> int:
         req = json.loads(line)
         try:
             with open(req["func"]) as f:
-                func = tvm.ir.load_json(f.read())
-            if func.attrs is None or "global_symbol" not in func.attrs:
-                func = func.with_attr("global_symbol", "main")
+                func = tvm.ir.load_json(f.read()).with_attr("global_symbol", req.get("symbol", "main"))
             ex = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(req["target"]))
             export(ex, req["out"], req.get("cc"))
             if req.get("obj"):                 # kept for network builds to link (measure.kernels)

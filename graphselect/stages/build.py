@@ -116,10 +116,11 @@ def _linked(lowered, cached: Path | None, s: Settings):
     """``lowered`` with the kernels measurement compiled swapped in (``measure.kernels``):
     (module, objects, linker options), or None when none is kept (or the build is not kept in a
     file, which linking them needs)."""
-    from ..measure.kernels import kernel_dir, link_measured
+    from ..measure.kernels import link_measured
+    from .measure import kernel_dir
     if cached is None:
         return None
-    mod, objects, options = link_measured(lowered, kernel_dir(s.cache, s.spec.foreign, s.remote), s.target)
+    mod, objects, options = link_measured(lowered, kernel_dir(s), s.target)
     return (mod, objects, options) if objects else None
 
 
@@ -133,8 +134,9 @@ def _compile(b: Built, lowered, cached: Path | None, s: Settings, linked=None) -
         try:
             return _compile_linked(b, cached, s, *linked)
         except Exception as e:  # noqa: BLE001 - linking is an optimisation: compile it all instead
+            from ..measure.jobs import last_line
             log.warning("linking the measured kernels into the %s network failed (%s); compiling them again",
-                        b.label, str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__)
+                        b.label, last_line(e))
     try:
         ex = compile_module(lowered, s.target)
     except Exception as e:  # noqa: BLE001 - the user needs to know which selection failed
@@ -142,10 +144,8 @@ def _compile(b: Built, lowered, cached: Path | None, s: Settings, linked=None) -
     if cached is not None:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_name(f".{cached.stem}.{os.getpid()}.{threading.get_ident()}.partial.so")
-            with _EXPORT:
-                with silence_stderr():
-                    ex.export_library(str(tmp))
+            tmp = _partial(cached)
+            _export(ex, tmp)
             os.replace(tmp, cached)
         except OSError as e:       # the cache is an optimisation: never fail the run for it
             log.warning("could not keep the build in %s: %s", cached.parent, e)
@@ -159,11 +159,9 @@ def _compile_linked(b: Built, cached: Path, s: Settings, mod, objects, options) 
     from ..codegen.lower import compile_module
     ex = compile_module(mod, s.target)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(f".{cached.stem}.{os.getpid()}.{threading.get_ident()}.partial.so")
+    tmp = _partial(cached)
     try:
-        with _EXPORT:
-            with silence_stderr():
-                ex.export_library(str(tmp), addons=list(objects), options=list(options))
+        _export(ex, tmp, addons=list(objects), options=list(options))
         lib = tvm.runtime.load_module(str(tmp))
         from tvm import relax
         relax.VirtualMachine(lib, tvm.cpu())        # every kernel resolved now, not at the first call
@@ -176,6 +174,18 @@ def _compile_linked(b: Built, cached: Path, s: Settings, mod, objects, options) 
 
 # silence_stderr redirects the process's stderr: one export at a time holds it
 _EXPORT = threading.Lock()
+
+
+def _partial(cached: Path) -> Path:
+    """This thread's temporary name for a library to be renamed ``cached`` once written."""
+    return cached.with_name(f".{cached.stem}.{os.getpid()}.{threading.get_ident()}.partial.so")
+
+
+def _export(ex, path: Path, **kw) -> None:
+    """``ex.export_library(path, **kw)``, one export at a time, TVM's warnings silenced."""
+    with _EXPORT:
+        with silence_stderr():
+            ex.export_library(str(path), **kw)
 
 
 def module_key(module, s: Settings) -> str:
