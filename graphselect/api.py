@@ -173,9 +173,12 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         Compiler processes for measurement, and threads compiling one round's networks (default:
         up to 2).
     time_all : bool
-        Time every candidate of every conv. By default a conv whose twin (the same conv with
-        another epilogue) was timed has only the candidates that can win timed; the report lists
-        the others under ``records.pruned`` (``measure.twins``).
+        Time every candidate of every conv. By default only the candidates that can still win
+        are timed: a conv with six or more candidates has one per variant timed first and then
+        those predicted within 25% of its fastest (``measure.scouts``), and a conv whose twin (the
+        same conv with another epilogue) was timed those its twin ran within 15% of its fastest
+        (``measure.twins``); either way each layout pair keeps one. The report lists the others
+        under ``records.pruned`` with the reason.
     rpc_tracker, rpc_key : str, optional
         ``"HOST:PORT"`` of a TVM RPC tracker and the key its device servers registered under:
         every kernel is measured on those devices (``rpc_sessions`` of them at once), and the

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing: TimingConfig = TimingConfig(),
             progress: Callable[[int, int, str], None] | None = None, batch: int = 48, workers: int = 1,
             probe: LoadProbe | None = None, retime: bool = True, runner=None,
-            cc: str | None = None, clock: dict | None = None, kernels=None) -> dict[tuple[str, str], Measurement]:
+            cc: str | None = None, clock: dict | None = None, kernels=None,
+            builder: Builder | None = None) -> dict[tuple[str, str], Measurement]:
     """Measure ``jobs`` not already in ``store``; return a Measurement per (workload, candidate).
 
     ``runner``: where kernels run (default: a :class:`~measure.local.LocalRunner` guarded by
@@ -30,7 +31,9 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     :func:`~measure.local.stale` rejects (needs the probe's quiet time). With a remote runner the
     next batch compiles while the devices time this one. ``clock`` (a dict) gets the seconds
     spent waiting for the builder (``build_s``) and in the runner (``run_s``). ``kernels``: the folder
-    where each compiled kernel's object file is kept for network builds (``measure.kernels``)."""
+    where each compiled kernel's object file is kept for network builds (``measure.kernels``).
+    ``builder``: a :class:`~measure.builder.Builder` made for ``runner`` to use (and leave open), so
+    that several calls share its compiler processes; by default one is made and closed here."""
     runner = runner if runner is not None else LocalRunner(probe)
     probe = getattr(runner, "probe", None)
     out: dict[tuple[str, str], Measurement] = {}
@@ -88,21 +91,28 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
             k += len(fs)
         return arts, failed, time.perf_counter() - t0
 
-    with Builder(target, workers, cc=cc, files=runner.files, keep=kernels) as builder, ThreadPoolExecutor(1) as ahead:
-        _run(todo, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done, clock=clock,
-             progress=progress, total=total)
-        if probe is not None and retime:
-            # the quiet time may have fallen since a record was taken: what this run took that the
-            # run's final quiet time calls stale is taken again now, not left for the next run
-            late = [j for j in todo if (m := out.get(j.key)) is not None and drifted(m, probe.quiet_ms)]
-            if late:
-                log.info("re-timing %d record(s) taken while the machine ran slower than its final quiet time",
-                         len(late))
-                for j in late:
-                    old[j.key] = out.pop(j.key)
-                done -= len(late)
-                _run(late, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done,
-                     clock=clock, progress=progress, total=total)
+    own = builder is None
+    if own:
+        builder = Builder(target, workers, cc=cc, files=runner.files, keep=kernels)
+    try:
+        with ThreadPoolExecutor(1) as ahead:
+            _run(todo, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done, clock=clock,
+                 progress=progress, total=total)
+            if probe is not None and retime:
+                # the quiet time may have fallen since a record was taken: what this run took that the
+                # run's final quiet time calls stale is taken again now, not left for the next run
+                late = [j for j in todo if (m := out.get(j.key)) is not None and drifted(m, probe.quiet_ms)]
+                if late:
+                    log.info("re-timing %d record(s) taken while the machine ran slower than its final quiet time",
+                             len(late))
+                    for j in late:
+                        old[j.key] = out.pop(j.key)
+                    done -= len(late)
+                    _run(late, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done,
+                         clock=clock, progress=progress, total=total)
+    finally:
+        if own:
+            builder.close()
     return out
 
 

@@ -218,7 +218,7 @@ def records_text(r: dict) -> str:
     jobs, reused = rec.get("jobs"), rec.get("reused")
     pruned = len(rec.get("pruned") or ())
     measured = jobs - reused - pruned if is_num(jobs) and is_num(reused) else None
-    return (f"{fmt(reused)} reused, {fmt(measured)} measured" + (f", {pruned} pruned (twins)" if pruned else "")
+    return (f"{fmt(reused)} reused, {fmt(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "")
             + f" (store: {fmt(rec.get('store'))})")
 
 

@@ -114,7 +114,7 @@ def _records(report: dict) -> str:
     jobs, reused = rec.get("jobs"), rec.get("reused")
     pruned = len(rec.get("pruned") or ())
     measured = jobs - reused - pruned if _num(jobs) and _num(reused) else None
-    return f"{_s(reused)} reused, {_s(measured)} measured" + (f", {pruned} pruned (twins)" if pruned else "")
+    return f"{_s(reused)} reused, {_s(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "")
 
 
 def _e2e(report: dict) -> list[tuple[str, str]]:

@@ -17,13 +17,13 @@ class Measured:
     retimed: int                       # records found but not trusted (flagged or stale), so re-timed
     flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
     seconds: dict = field(default_factory=dict)  # waiting for the builder (build_s) and in the runner (run_s)
-    pruned: tuple[tuple[str, str, str], ...] = ()   # (workload, candidate, why) not timed (measure.twins)
+    pruned: tuple[tuple[str, str, str], ...] = ()   # (workload, candidate, why) not timed (measure.scouts, .twins)
 
 
 def measure(imported: Imported, s: Settings, store) -> Measured:
     from costmodels.table import Timing
     from ..measure import plan as plan_mod
-    from ..measure import twins
+    from ..measure import scouts, twins
     from ..measure.local import REFERENCE, reference_version, stale
     from ..measure.run import measure as run
     from ..measure.store import Measurement
@@ -40,31 +40,78 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
         s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
         probe = load_probe(s, store)
     clock: dict = {}
+    lay = _layouts(plan)
     first_of = {} if s.time_all else twins.split(j.workload for j in plan.jobs)
     later = [j for j in plan.jobs if j.workload in first_of]
-    now = [j for j in plan.jobs if j.workload not in first_of]
-
-    def timed(jobs, shown):
-        return run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
-                   runner=runner(s, probe), cc=s.cc, clock=clock, kernels=kernel_dir(s),
-                   progress=lambda d, n, m: s.progress("measure", shown + d, len(keys), m))
-    meas = timed(now, 0)
+    rest = [j for j in plan.jobs if j.workload not in first_of]
+    # conv workloads with enough candidates are scouted (measure.scouts): one member per variant
+    # first, then only what can still win
+    by_w: dict = {}
+    for j in rest:
+        if twins.twin_key(j.workload) is not None:
+            by_w.setdefault(j.workload, {}).setdefault(j.candidate, j)
+    scouted = {} if s.time_all else {w: js for w, js in by_w.items() if len(js) >= scouts.MIN_CANDIDATES}
+    history = _history(store, s.ctx, {j.version for j in plan.jobs}) if scouted else {}
+    model = scouts.ParamModel.fit((w, c, *t) for (w, c), t in history.items())
+    first, pending = [], {}
+    for j in rest:
+        if j.workload not in scouted:
+            first.append(j)
+    for w, js in scouted.items():
+        known = {c: (m.cold_ms, m.warm_ms) for m in found if m.workload == w and (c := m.candidate) in js}
+        pick = set(scouts.scouts([c for c in js if c not in known], known, lambda c, w=w: lay(w, c), model))
+        first += [j for c, j in js.items() if c in pick or c in known]
+        pending[w] = [j for c, j in js.items() if c not in pick and c not in known]
+    from ..measure.builder import Builder
+    where = runner(s, probe)
     pruned = []
-    if later:
-        # a later twin's candidate with a record of its own is never pruned: it is reused (or re-timed
-        # when stale) like any record
-        stored = {j.key for j in later if j.key in found_keys}
-        keep, pruned = twins.prune([j.key for j in later if j.key not in stored], first_of,
-                                   {k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}, _layouts(plan),
-                                   margin=twins.MARGIN)
-        keep = set(keep) | stored
-        if pruned:
-            s.progress("measure", len(meas), len(keys), f"{len(pruned)} candidates of twin convs pruned "
-                       f"(their twins ran them over {twins.MARGIN:.0%} slower than the fastest)")
-        meas.update(timed([j for j in later if j.key in keep], len(meas) + len(pruned)))
-        for p in pruned:
-            meas[(p.workload, p.candidate)] = Measurement(p.workload, p.candidate, math.inf, math.inf,
-                                                          f"pruned: {p.why}", version=keys[(p.workload, p.candidate)].version)
+    with Builder(s.target, s.workers, cc=s.cc, files=where.files, keep=kernel_dir(s)) as builder:
+        def timed(jobs):
+            shown = len(meas) + len(pruned) if meas else 0
+            return run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
+                       runner=where, cc=s.cc, clock=clock, kernels=kernel_dir(s), builder=builder,
+                       progress=lambda d, n, m: s.progress("measure", shown + d, len(keys), m))
+        meas: dict = {}
+        meas.update(timed(first))
+        # the rest of each scouted workload, the one with most candidates left first: what it
+        # times teaches the parameter model that ranks the next
+        for w in sorted(pending, key=lambda w: -len(pending[w])):
+            if not pending[w]:
+                continue
+            seen = dict(history)
+            seen.update({k: (m.cold_ms, m.warm_ms) for k, m in meas.items()})
+            model = scouts.ParamModel.fit((ww, c, *t) for (ww, c), t in seen.items())
+            mine = {c: (m.cold_ms, m.warm_ms) for (ww, c), m in meas.items() if ww == w}
+            keep, gone = scouts.prune([j.candidate for j in pending[w]], mine, lambda c, w=w: lay(w, c), model)
+            pruned += scouts.to_pruned(w, gone)
+            if gone:
+                s.progress("measure", len(meas) + len(pruned), len(keys),
+                           f"{len(gone)} candidates of {w.split(' epi=')[0]} pruned (predicted over "
+                           f"{scouts.MARGIN:.0%} slower than its fastest)")
+            keep = set(keep)
+            meas.update(timed([j for j in pending[w] if j.candidate in keep]))
+        if later:
+            # a later twin's candidate with a record of its own is never pruned: it is reused (or re-timed
+            # when stale) like any record; one its first twin had pruned is pruned for the same reason
+            stored = {j.key for j in later if j.key in found_keys}
+            gone_first = {(p.workload, p.candidate): p.why for p in pruned}
+            as_first = [twins.Pruned(j.workload, j.candidate, f"as on its twin {first_of[j.workload]}: "
+                                     f"{gone_first[(first_of[j.workload], j.candidate)]}")
+                        for j in dict.fromkeys(later) if j.key not in stored
+                        and (first_of[j.workload], j.candidate) in gone_first]
+            skip = {(p.workload, p.candidate) for p in as_first}
+            keep, by_twin = twins.prune([j.key for j in later if j.key not in stored and j.key not in skip],
+                                        first_of, {k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}, lay,
+                                        margin=twins.MARGIN)
+            keep = set(keep) | stored
+            if by_twin:
+                s.progress("measure", len(meas) + len(pruned), len(keys), f"{len(by_twin)} candidates of twin convs "
+                           f"pruned (their twins ran them over {twins.MARGIN:.0%} slower than the fastest)")
+            pruned += _unique(as_first) + by_twin
+            meas.update(timed([j for j in later if j.key in keep]))
+    for p in pruned:
+        meas[(p.workload, p.candidate)] = Measurement(p.workload, p.candidate, math.inf, math.inf,
+                                                      f"pruned: {p.why}", version=keys[(p.workload, p.candidate)].version)
     if probe is not None:
         keep_quiet(s, store, probe)
     timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err, m.incold_ms) for k, m in meas.items()}
@@ -72,6 +119,23 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
                     {k: round(v, 2) for k, v in clock.items()},
                     tuple((p.workload, p.candidate, p.why) for p in pruned))
+
+
+def _unique(pruned):
+    out = {}
+    for p in pruned:
+        out.setdefault((p.workload, p.candidate), p)
+    return list(out.values())
+
+
+def _history(store, ctx, versions) -> dict:
+    """(workload, candidate) -> (cold, warm) of the store's finite conv records of this context
+    made by the code versions in use (what the parameter model of ``measure.scouts`` learns from)."""
+    out = {}
+    for r in store.records(ctx, match="conv2d "):
+        if r["version"] in versions and r["cold_ms"] is not None and r["warm_ms"] is not None and not r["flag"]:
+            out.setdefault((r["workload"], r["candidate"]), (float(r["cold_ms"]), float(r["warm_ms"])))
+    return out
 
 
 def _layouts(plan):
