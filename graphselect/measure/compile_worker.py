@@ -13,11 +13,8 @@ MARK = "@@graphselect "       # answer lines start with it: anything else on std
 
 
 def main() -> int:
-    from pathlib import Path
-
     import tvm
-    from .builder import export
-    from .kernels import keep_object
+    from .builder import export_kept
     from .jobs import last_line
     for line in sys.stdin:
         if not line.strip():
@@ -27,9 +24,8 @@ def main() -> int:
             with open(req["func"]) as f:
                 func = tvm.ir.load_json(f.read()).with_attr("global_symbol", req.get("symbol", "main"))
             ex = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(req["target"]))
-            export(ex, req["out"], req.get("cc"))
-            if req.get("obj"):                 # kept for network builds to link (measure.kernels)
-                keep_object(ex.mod, Path(req["obj"]))
+            # the object kept for network builds to link (measure.kernels), the library linked from it
+            export_kept(ex, req["out"], req.get("obj"), req.get("cc"))
             answer = {"ok": req["out"]}
         except Exception as e:  # noqa: BLE001 - every failure goes back as a message
             answer = {"error": last_line(e)}

@@ -55,19 +55,22 @@ def kernel_dir(cache: Path | None, foreign: bool = False, remote: bool = False) 
     return cache.parent / "kernels"
 
 
-def keep_object(mod, path: Path) -> None:
-    """Write ``mod``'s object file at ``path`` (atomically; never fails the measurement)."""
+def keep_object(mod, path: Path) -> Path | None:
+    """Write ``mod``'s object file at ``path`` (atomically; never fails the measurement): the
+    path when the object is there (written now or before), else None."""
     if path.exists():
-        return
+        return path
     try:
         if mod.kind != "llvm" or list(mod.imports):
-            return
+            return None
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial.o")
         mod.write_to_file(str(tmp))
         os.replace(tmp, path)
+        return path
     except Exception as e:  # noqa: BLE001 - the kept object is an optimisation
         log.debug("could not keep kernel object %s: %s", path, e)
+        return None
 
 
 def link_measured(mod, kdir: Path | None, target):

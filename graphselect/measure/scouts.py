@@ -123,14 +123,16 @@ class ParamModel:
 
     def factor(self, candidate: str, reference: str) -> tuple[float, float]:
         """Predicted (cold, warm) time of ``candidate`` over that of ``reference``, a member of the
-        same variant (1 for a parameter value the model has no data on)."""
+        same variant; a parameter whose value in either the model has no data on counts as equal."""
         v = variant(candidate)
-
-        def f(c):
-            s = [self.effects.get((v, *kv), (0.0, 0.0)) for kv in _tiles(c)]
-            return sum(x[0] for x in s), sum(x[1] for x in s)
-        a, b = f(candidate), f(reference)
-        return math.exp(a[0] - b[0]), math.exp(a[1] - b[1])
+        mine, theirs = dict(_tiles(candidate)), dict(_tiles(reference))
+        lc = lw = 0.0
+        for p in mine.keys() | theirs.keys():
+            a, b = self.effects.get((v, p, mine.get(p))), self.effects.get((v, p, theirs.get(p)))
+            if a is not None and b is not None:
+                lc += a[0] - b[0]
+                lw += a[1] - b[1]
+        return math.exp(lc), math.exp(lw)
 
     def rank(self, candidate: str) -> float:
         """Where ``candidate`` stands within its variant (lower: faster; 0 without data)."""
