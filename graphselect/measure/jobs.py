@@ -43,6 +43,8 @@ class TimingConfig:
     warm_number: int = 10
     warm_repeat: int = 2           # per round
     incold_repeat: int = 10        # per round, number=1 each: every argument flushed, the input too (0: not timed)
+    race: float = 1.5              # a conv candidate this many times its workload's fastest, cold and warm, after
+                                   # a round, has that round only (0: every candidate gets every round)
 
 
 @dataclass(frozen=True)

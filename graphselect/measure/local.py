@@ -137,6 +137,7 @@ class LocalRunner:
     the batch in interleaved rounds, guarded by ``probe`` (a :class:`LoadProbe`) when given."""
     files = False              # takes loaded modules from the builder
     remote = False
+    races = True               # run() takes best= (racing, see _time_batch)
 
     def __init__(self, probe: LoadProbe | None = None):
         import tvm
@@ -144,8 +145,9 @@ class LocalRunner:
         self.dev = tvm.cpu()
         self.rng = np.random.default_rng(0)
 
-    def run(self, artifacts: list[Artifact], timing: TimingConfig) -> Iterator[tuple[Artifact, object]]:
-        """(artifact, Measurement or the exception that stopped it), as each is done."""
+    def run(self, artifacts: list[Artifact], timing: TimingConfig, best=None) -> Iterator[tuple[Artifact, object]]:
+        """(artifact, Measurement or the exception that stopped it), as each is done. ``best``:
+        workload -> (cold, warm) of its fastest candidate timed before (what racing compares with)."""
         ready = []
         for a in artifacts:
             t0 = time.perf_counter()
@@ -156,14 +158,40 @@ class LocalRunner:
                 continue
             ready.append((a, kernels, a.build_s + time.perf_counter() - t0, rel))
         with pinned():         # the calling thread off the pool workers' cores (measure.affinity)
-            done = _time_batch(ready, self.dev, timing, self.probe)
+            done = _time_batch(ready, self.dev, timing, self.probe, best)
         yield from done
 
 
-def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> list[tuple[Artifact, Measurement]]:
+def _race(ready, kept, best, factor: float, raced: set) -> None:
+    """Mark in ``raced`` the conv candidates of ``ready`` whose kept samples so far put them over
+    ``factor`` times their workload's fastest, cold and warm (see :func:`_time_batch`)."""
+    from .twins import twin_key
+    now: dict = {}
+    lead = {w: tuple(t) for w, t in best.items()}
+    for b in ready:
+        w = b[0].job.workload
+        ss = kept(b)[0]
+        if not ss or twin_key(w) is None:
+            continue
+        now[id(b)] = (w, float(np.median([x[0] for x in ss])), float(np.median([x[1] for x in ss])))
+        c, wm = lead.get(w, (math.inf, math.inf))
+        lead[w] = (min(c, now[id(b)][1]), min(wm, now[id(b)][2]))
+    for key, (w, cold, warm) in now.items():
+        c, wm = lead[w]
+        if cold > factor * c and warm > factor * wm:
+            raced.add(key)
+
+
+def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None,
+                best=None) -> list[tuple[Artifact, Measurement]]:
     """Interleaved rounds over the batch, (artifact, kernels, build s, rel err) each; with a probe,
-    loaded samples are retaken."""
+    loaded samples are retaken. Racing: after each pass, a conv candidate whose samples so far
+    put it over ``timing.race`` times its workload's fastest (in this batch or ``best``, workload
+    -> (cold, warm) timed before), cold and warm, is done: it cannot be chosen for its speed, and
+    one round (its medians over the round's repeats) places it well enough for the layout
+    trade-off."""
     samples = {id(b): [] for b in ready}
+    raced: set = set()
     loads = {id(b): [] for b in ready}        # the reference's time before each kept sample
     loaded = {id(b): [] for b in ready}       # ... before each sample dropped for load
     passes = 0
@@ -175,8 +203,11 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
         ok = [i for i, ref in enumerate(loads[id(b)]) if not probe.loaded(ref)]
         return [samples[id(b)][i] for i in ok], [loads[id(b)][i] for i in ok]
 
+    def rounds(b):
+        return 1 if id(b) in raced else timing.rounds
+
     while True:
-        need = [b for b in ready if len(kept(b)[0]) < timing.rounds]
+        need = [b for b in ready if len(kept(b)[0]) < rounds(b)]
         if not need or passes >= timing.rounds + (EXTRA_PASSES if probe is not None else 0):
             break
         passes += 1
@@ -194,6 +225,8 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
                     got = again
             samples[id(b)].append(got)
             loads[id(b)].append(ref)
+        if timing.race > 0:
+            _race(ready, kept, best or {}, timing.race, raced)
         if probe is not None and not any_quiet:
             time.sleep(0.5)        # the whole pass was loaded: let the spell pass
     out = []
@@ -202,9 +235,9 @@ def _time_batch(ready, dev, timing: TimingConfig, probe: LoadProbe | None) -> li
         j = a.job
         ss, refs = kept(b)
         flag = None
-        if len(ss) < timing.rounds:
+        if len(ss) < rounds(b):
             # could not get enough quiet samples: take what the loaded state gives, flagged
-            extra = timing.rounds - len(ss)
+            extra = rounds(b) - len(ss)
             late = [r for r in loads[id(b)] if r not in refs] + loaded[id(b)]
             ss = ss + [sample(kernels, dev, timing) for _ in range(extra)]
             refs = refs + late

@@ -22,7 +22,7 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
             progress: Callable[[int, int, str], None] | None = None, batch: int = 48, workers: int = 1,
             probe: LoadProbe | None = None, retime: bool = True, runner=None,
             cc: str | None = None, clock: dict | None = None, kernels=None,
-            builder: Builder | None = None) -> dict[tuple[str, str], Measurement]:
+            builder: Builder | None = None, known: dict | None = None) -> dict[tuple[str, str], Measurement]:
     """Measure ``jobs`` not already in ``store``; return a Measurement per (workload, candidate).
 
     ``runner``: where kernels run (default: a :class:`~measure.local.LocalRunner` guarded by
@@ -33,9 +33,12 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     spent waiting for the builder (``build_s``) and in the runner (``run_s``). ``kernels``: the folder
     where each compiled kernel's object file is kept for network builds (``measure.kernels``).
     ``builder``: a :class:`~measure.builder.Builder` made for ``runner`` to use (and leave open), so
-    that several calls share its compiler processes; by default one is made and closed here."""
+    that several calls share its compiler processes; by default one is made and closed here.
+    ``known``: (workload, candidate) -> Measurement taken before (by an earlier call), which a
+    local runner's racing compares with."""
     runner = runner if runner is not None else LocalRunner(probe)
     probe = getattr(runner, "probe", None)
+    known = known or {}
     out: dict[tuple[str, str], Measurement] = {}
     todo = []
     old: dict = {}           # records found but re-timed
@@ -97,7 +100,7 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     try:
         with ThreadPoolExecutor(1) as ahead:
             _run(todo, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done, clock=clock,
-                 progress=progress, total=total)
+                 progress=progress, total=total, fastest=(lambda: _fastest(out, known)) if getattr(runner, "races", False) else None)
             if probe is not None and retime:
                 # the quiet time may have fallen since a record was taken: what this run took that the
                 # run's final quiet time calls stale is taken again now, not left for the next run
@@ -116,8 +119,10 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     return out
 
 
-def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_far, clock, progress, total):
-    """Build and time ``todo`` in batches, each result through ``finish``."""
+def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_far, clock, progress, total,
+         fastest=None):
+    """Build and time ``todo`` in batches, each result through ``finish``; ``fastest()``: workload ->
+    (cold, warm) of its fastest timed candidate so far, for a local runner's racing."""
     chunks = [todo[i:i + batch] for i in range(0, len(todo), batch)]
     nxt = ahead.submit(build, builder, chunks[0]) if chunks else None
     for i in range(len(chunks)):
@@ -133,7 +138,7 @@ def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_
         if progress and arts:
             progress(done_so_far(), total, f"built {len(arts)} kernels, timing them")
         t0 = time.perf_counter()
-        for a, res in runner.run(arts, timing):
+        for a, res in runner.run(arts, timing, **({"best": fastest()} if fastest is not None else {})):
             j = a.job
             if isinstance(res, Measurement):
                 finish(j, res, f"timed {j.candidate}" + (f" ({res.flag})" if res.flag else ""), True)
@@ -149,6 +154,17 @@ def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_
             clock["run_s"] = clock.get("run_s", 0.0) + time.perf_counter() - t0
         if nxt is None and i + 1 < len(chunks):
             nxt = ahead.submit(build, builder, chunks[i + 1])
+
+
+def _fastest(*groups) -> dict:
+    """workload -> (fastest cold, fastest warm) over the finite measurements of ``groups``."""
+    out: dict = {}
+    for g in groups:
+        for m in g.values():
+            if m.ok and math.isfinite(m.cold_ms) and math.isfinite(m.warm_ms):
+                c, w = out.get(m.workload, (math.inf, math.inf))
+                out[m.workload] = (min(c, m.cold_ms), min(w, m.warm_ms))
+    return out
 
 
 def _failed(j: Job, e: BaseException, build_s: float) -> Measurement:

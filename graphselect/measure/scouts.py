@@ -33,6 +33,7 @@ from .twins import Pruned
 
 MARGIN = 0.25          # a candidate predicted within this of its workload's fastest timed one is timed
 MIN_CANDIDATES = 6     # a workload with fewer candidates has them all timed
+BATCH = 6              # pass 2 times workloads together until this many jobs per compiler process
 # blocking parameters: members of one variant differ in these
 TILE = frozenset({"ic_bn", "oc_bn", "bn", "reg_n", "pt", "vec", "oc_tile", "rows", "task_rows", "tile_h", "tile_w"})
 

@@ -69,27 +69,31 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
         def timed(jobs):
             shown = len(meas) + len(pruned) if meas else 0
             return run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
-                       runner=where, cc=s.cc, clock=clock, kernels=kernel_dir(s), builder=builder,
+                       runner=where, cc=s.cc, clock=clock, kernels=kernel_dir(s), builder=builder, known=meas,
                        progress=lambda d, n, m: s.progress("measure", shown + d, len(keys), m))
         meas: dict = {}
         meas.update(timed(first))
-        # the rest of each scouted workload, the one with most candidates left first: what it
+        # the rest of each scouted workload, those with most candidates left first, a few
+        # workloads to a batch (enough jobs to keep every compiler process busy): what a batch
         # times teaches the parameter model that ranks the next
-        for w in sorted(pending, key=lambda w: -len(pending[w])):
-            if not pending[w]:
-                continue
+        queue = sorted((w for w in pending if pending[w]), key=lambda w: -len(pending[w]))
+        while queue:
             seen = dict(history)
             seen.update({k: (m.cold_ms, m.warm_ms) for k, m in meas.items()})
             model = scouts.ParamModel.fit((ww, c, *t) for (ww, c), t in seen.items())
-            mine = {c: (m.cold_ms, m.warm_ms) for (ww, c), m in meas.items() if ww == w}
-            keep, gone = scouts.prune([j.candidate for j in pending[w]], mine, lambda c, w=w: lay(w, c), model)
-            pruned += scouts.to_pruned(w, gone)
-            if gone:
-                s.progress("measure", len(meas) + len(pruned), len(keys),
-                           f"{len(gone)} candidates of {w.split(' epi=')[0]} pruned (predicted over "
-                           f"{scouts.MARGIN:.0%} slower than its fastest)")
-            keep = set(keep)
-            meas.update(timed([j for j in pending[w] if j.candidate in keep]))
+            batch = []
+            while queue and len(batch) < scouts.BATCH * max(1, s.workers):
+                w = queue.pop(0)
+                mine = {c: (m.cold_ms, m.warm_ms) for (ww, c), m in meas.items() if ww == w}
+                keep, gone = scouts.prune([j.candidate for j in pending[w]], mine, lambda c, w=w: lay(w, c), model)
+                pruned += scouts.to_pruned(w, gone)
+                if gone:
+                    s.progress("measure", len(meas) + len(pruned), len(keys),
+                               f"{len(gone)} candidates of {w.split(' epi=')[0]} pruned (predicted over "
+                               f"{scouts.MARGIN:.0%} slower than its fastest)")
+                keep = set(keep)
+                batch += [j for j in pending[w] if j.candidate in keep]
+            meas.update(timed(batch))
         if later:
             # a later twin's candidate with a record of its own is never pruned: it is reused (or re-timed
             # when stale) like any record; one its first twin had pruned is pruned for the same reason

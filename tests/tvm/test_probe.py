@@ -108,3 +108,32 @@ def test_a_run_retimes_what_its_final_quiet_time_calls_stale(tmp_path):
     assert sorted(runner.calls) == ["early", "early", "quiet"]
     assert out[("w", "early")].load == 1.0 and store.get(CTX, "w", "early", "v").load == 1.0
     store.close()
+
+
+def test_racing_gives_a_clear_loser_one_round_and_the_rest_every_round(monkeypatch):
+    """A conv candidate over TimingConfig.race times its workload's fastest, cold and warm, after
+    a round has that round only; a candidate slower cold but not warm, a candidate of another
+    workload, and a non-conv kernel get every round; ``best`` (timed before) counts as fastest."""
+    from graphselect.measure import local
+    from graphselect.measure.jobs import TimingConfig
+    times = {"fast": (1.0, 1.0), "loser": (2.0, 2.0), "cold_only": (2.0, 1.1), "other": (5.0, 5.0),
+             "op": (9.0, 9.0), "vs_best": (1.2, 1.2)}
+    calls: dict = {}
+
+    def sample(kernels, dev, timing):
+        calls[kernels] = calls.get(kernels, 0) + 1
+        return (*times[kernels], times[kernels][0])
+    monkeypatch.setattr(local, "sample", sample)
+    conv, conv2 = "conv2d n1 c8 h8 w8 o8 k3x3 epi=bias", "conv2d n1 c8 h8 w8 o16 k3x3 epi=bias"
+    work = {"fast": conv, "loser": conv, "cold_only": conv, "other": conv2, "op": "layout_transform x",
+            "vs_best": "conv2d n1 c4 epi=bias"}
+    ready = [(SimpleNamespace(job=SimpleNamespace(workload=work[k], candidate=k, version="v")), k, 0.0, None)
+             for k in times]
+    out = dict((a.job.candidate, m) for a, m in
+               local._time_batch(ready, None, TimingConfig(rounds=3), None, {"conv2d n1 c4 epi=bias": (0.5, 0.5)}))
+    assert calls == {"fast": 3, "loser": 1, "cold_only": 3, "other": 3, "op": 3, "vs_best": 1}
+    assert out["loser"].cold_ms == 2.0 and out["loser"].flag is None
+    # race=0: every candidate every round
+    calls.clear()
+    local._time_batch(ready, None, TimingConfig(rounds=3, race=0), None)
+    assert set(calls.values()) == {3}
