@@ -104,15 +104,16 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                         for j in dict.fromkeys(later) if j.key not in stored
                         and (first_of[j.workload], j.candidate) in gone_first]
             skip = {(p.workload, p.candidate) for p in as_first}
-            keep, by_twin = twins.prune([j.key for j in later if j.key not in stored and j.key not in skip],
+            keep, by_twin = twins.prune(list(dict.fromkeys(j.key for j in later if j.key not in stored and j.key not in skip)),
                                         first_of, {k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}, lay,
                                         margin=twins.MARGIN)
             keep = set(keep) | stored
             if by_twin:
                 s.progress("measure", len(meas) + len(pruned), len(keys), f"{len(by_twin)} candidates of twin convs "
                            f"pruned (their twins ran them over {twins.MARGIN:.0%} slower than the fastest)")
-            pruned += _unique(as_first) + by_twin
+            pruned += as_first + by_twin
             meas.update(timed([j for j in later if j.key in keep]))
+    pruned = _unique(pruned)
     for p in pruned:
         meas[(p.workload, p.candidate)] = Measurement(p.workload, p.candidate, math.inf, math.inf,
                                                       f"pruned: {p.why}", version=keys[(p.workload, p.candidate)].version)

@@ -171,3 +171,31 @@ def test_a_rounds_networks_are_lowered_in_the_calling_thread(tmp_path, monkeypat
     built = build.build_all(imp, meas, wants, s)
     assert [b.label for b in built] == ["direct", "nchwc"]
     assert where == [threading.get_ident()] * 2
+
+
+def test_an_unchanged_rerun_loads_the_network_timed_before_and_times_nothing_in_place(tmp_path):
+    """Once a run's assignment was timed in place and nothing changed (no record re-timed), the
+    next run takes it without a closed-loop round: loaded from the build cache, nothing timed in
+    place, no prediction error claimed, the same outputs."""
+    model = models.build("tiny")
+    path = tmp_path / "records.sqlite"
+    run = lambda: graphselect.optimize(model, cache=path, benchmark_runs=3, timing=QUICK,  # noqa: E731
+                                       families=["direct", "nchwc"])       # with timing: the loop runs
+    prev = run()
+    for _ in range(3):
+        # a record flagged by the run before is re-timed once, and may change the choice
+        again = run()
+        if again.report["records"]["reused"] == again.report["records"]["jobs"] - \
+                len(again.report["records"]["pruned"]) and again.report["loop"]["rounds"][0]["networks"][0]["basis"] \
+                == "timed before":
+            break
+        prev = again
+    rounds = again.report["loop"]["rounds"]
+    assert len(rounds) == 1 and again.report["loop"]["converged"]
+    assert [n["measured_ms"] for n in rounds[0]["networks"]] == [None]
+    assert rounds[0]["networks"][0]["basis"] == "timed before"
+    assert again.extra["selection"].innet == {}
+    assert again.report["prediction_error"] is None
+    assert [b["origin"] for b in again.report["builds"]] == ["cache"]
+    x = np.random.default_rng(4).standard_normal(again.input_shape).astype("float32")
+    np.testing.assert_allclose(again.run(x), prev.run(x), rtol=1e-5, atol=1e-6)
