@@ -42,6 +42,15 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     clock: dict = {}
     lay = _layouts(plan)
     first_of = {} if s.time_all else twins.split(j.workload for j in plan.jobs)
+    history = {} if s.time_all else _history(store, s.ctx, {j.version for j in plan.jobs})
+    # a conv with no record whose twin (the same conv, another epilogue: another model, or another
+    # export of this one) the store has timed is a later twin of that one (issue 24, item 3)
+    in_store = _store_twins([j.workload for j in plan.jobs], first_of, {m.workload for m in found}, history)
+    for w, w2 in in_store.items():
+        for x, f in list(first_of.items()):
+            if f == w:
+                first_of[x] = w2
+        first_of[w] = w2
     later = [j for j in plan.jobs if j.workload in first_of]
     rest = [j for j in plan.jobs if j.workload not in first_of]
     # conv workloads with enough candidates are scouted (measure.scouts): one member per variant
@@ -51,7 +60,6 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
         if twins.twin_key(j.workload) is not None:
             by_w.setdefault(j.workload, {}).setdefault(j.candidate, j)
     scouted = {} if s.time_all else {w: js for w, js in by_w.items() if len(js) >= scouts.MIN_CANDIDATES}
-    history = _history(store, s.ctx, {j.version for j in plan.jobs}) if scouted else {}
     model = scouts.ParamModel.fit((w, c, *t) for (w, c), t in history.items())
     first, pending = [], {}
     for j in rest:
@@ -103,10 +111,15 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                                      f"{gone_first[(first_of[j.workload], j.candidate)]}")
                         for j in dict.fromkeys(later) if j.key not in stored
                         and (first_of[j.workload], j.candidate) in gone_first]
+            from_store = set(in_store.values())
+            theirs = {k: t for k, t in history.items() if k[0] in from_store}
+            as_first += [twins.Pruned(j.workload, j.candidate, f"its twin {first_of[j.workload]} in the record "
+                                      f"store has no timing of it (pruned or failed there)")
+                         for j in later if j.key not in stored and _missing(j, first_of, theirs, from_store, lay)]
             skip = {(p.workload, p.candidate) for p in as_first}
             keep, by_twin = twins.prune(list(dict.fromkeys(j.key for j in later if j.key not in stored and j.key not in skip)),
-                                        first_of, {k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}, lay,
-                                        margin=twins.MARGIN)
+                                        first_of, {**theirs, **{k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}},
+                                        lay, margin=twins.MARGIN)
             keep = set(keep) | stored
             if by_twin:
                 s.progress("measure", len(meas) + len(pruned), len(keys), f"{len(by_twin)} candidates of twin convs "
@@ -133,6 +146,43 @@ def _unique(pruned):
     return list(out.values())
 
 
+def _store_twins(workloads, first_of, recorded, history) -> dict:
+    """workload -> the store's twin of it: for each conv of ``workloads`` that is no later twin in
+    ``first_of`` and has no record (``recorded``: workloads with one), the workload of ``history``
+    with its twin key and most finite records, if any."""
+    from ..measure import twins
+    count: dict = {}
+    for (w, _c), t in history.items():
+        if all(math.isfinite(v) for v in t):
+            count[w] = count.get(w, 0) + 1
+    by_key: dict = {}
+    for w, n in count.items():
+        k = twins.twin_key(w)
+        if k is not None and n > by_key.get(k, ("", 0))[1]:
+            by_key[k] = (w, n)
+    out = {}
+    for w in dict.fromkeys(workloads):
+        k = twins.twin_key(w)
+        if k is None or w in first_of or w in recorded or k not in by_key or by_key[k][0] == w:
+            continue
+        out[w] = by_key[k][0]
+    return out
+
+
+def _missing(job, first_of, theirs, from_store, lay) -> bool:
+    """Whether ``job``, of a later twin whose first twin is a workload of the store
+    (``from_store``, its timings ``theirs``), was pruned (or failed) there: no timing of it, while
+    its variant and its layout pair have one there (a variant never timed there, as under another
+    family list, is timed here)."""
+    from ..measure import scouts
+    f = first_of.get(job.workload)
+    if f not in from_store or (f, job.candidate) in theirs:
+        return False
+    mine = [c for (w, c) in theirs if w == f]
+    v, pair = scouts.variant(job.candidate), lay(f, job.candidate)
+    return any(scouts.variant(c) == v for c in mine) and any(lay(f, c) == pair for c in mine)
+
+
 def _history(store, ctx, versions) -> dict:
     """(workload, candidate) -> (cold, warm) of the store's finite conv records of this context
     made by the code versions in use (what the parameter model of ``measure.scouts`` learns from)."""
@@ -145,12 +195,16 @@ def _history(store, ctx, versions) -> dict:
 
 def _layouts(plan):
     """(workload, candidate) -> its layout pair as text (``NCHW16c->NCHW32c``), from the plan's options."""
-    out = {}
+    from ..measure import twins
+    out, by_twin = {}, {}
     for lt in plan.layers:
         for o in lt.options:
             if o.kernel is not None:
-                out.setdefault(tuple(o.kernel), f"{','.join(o.in_layouts)}->{o.out_layout}")
-    return lambda w, c: out.get((w, c), "?")
+                text = f"{','.join(o.in_layouts)}->{o.out_layout}"
+                out.setdefault(tuple(o.kernel), text)
+                by_twin.setdefault((twins.twin_key(o.kernel[0]), o.kernel[1]), text)
+    # a workload the plan does not have (a twin in the record store): its twin's in the plan
+    return lambda w, c: out.get((w, c)) or by_twin.get((twins.twin_key(w), c), "?")
 
 
 def kernel_dir(s: Settings):
