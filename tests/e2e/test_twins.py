@@ -5,7 +5,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import graphselect
-from graphselect.measure import twins
+from graphselect.measure import scouts, twins
 from graphselect.measure.jobs import TimingConfig
 
 QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
@@ -33,6 +33,7 @@ def _run(model, path, **kw):
 
 def test_the_later_twin_times_only_what_can_win_and_the_rest_is_never_chosen(tmp_path, monkeypatch):
     monkeypatch.setattr(twins, "MARGIN", 0.0)          # only each layout pair's fastest, and the fastest
+    monkeypatch.setattr(scouts, "MIN_CANDIDATES", 10 ** 6)   # the twin rule alone (no conv scouted)
     m = _block()
     res = _run(m, tmp_path / "a.sqlite")
     plan = res.extra["plan"]
