@@ -99,14 +99,15 @@ class ParamModel:
             return model
         for (w, v) in groups:
             model.support.setdefault(v, set()).add(w)
-        obs = [(g, _tiles(c), t) for g, m in groups.items() for c, t in m.items()]
+        by_group = {g: [(_tiles(c), t) for c, t in m.items()] for g, m in groups.items()}
+        obs = [(g, ks, t) for g, o in by_group.items() for ks, t in o]
         eff: dict = {}
         for _ in range(iterations):
             icpt = {}
-            for g, m in groups.items():
+            for g, o in by_group.items():
                 rs = [(t[0] - sum(eff.get((g[1], *kv), (0.0, 0.0))[0] for kv in ks),
                        t[1] - sum(eff.get((g[1], *kv), (0.0, 0.0))[1] for kv in ks))
-                      for gg, ks, t in obs if gg == g]
+                      for ks, t in o]
                 icpt[g] = (sum(r[0] for r in rs) / len(rs), sum(r[1] for r in rs) / len(rs))
             acc: dict = {}
             for g, ks, t in obs:

@@ -113,9 +113,12 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                         and (first_of[j.workload], j.candidate) in gone_first]
             from_store = set(in_store.values())
             theirs = {k: t for k, t in history.items() if k[0] in from_store}
+            by_twin_w: dict = {}            # stored twin workload -> its candidates with a timing
+            for (w2, c) in theirs:
+                by_twin_w.setdefault(w2, set()).add(c)
             as_first += [twins.Pruned(j.workload, j.candidate, f"its twin {first_of[j.workload]} in the record "
                                       f"store has no timing of it (pruned or failed there)")
-                         for j in later if j.key not in stored and _missing(j, first_of, theirs, from_store, lay)]
+                         for j in later if j.key not in stored and _missing(j, first_of, by_twin_w, lay)]
             skip = {(p.workload, p.candidate) for p in as_first}
             keep, by_twin = twins.prune(list(dict.fromkeys(j.key for j in later if j.key not in stored and j.key not in skip)),
                                         first_of, {**theirs, **{k: (m.cold_ms, m.warm_ms) for k, m in meas.items()}},
@@ -152,9 +155,8 @@ def _store_twins(workloads, first_of, recorded, history) -> dict:
     with its twin key and most finite records, if any."""
     from ..measure import twins
     count: dict = {}
-    for (w, _c), t in history.items():
-        if all(math.isfinite(v) for v in t):
-            count[w] = count.get(w, 0) + 1
+    for (w, _c) in history:             # history holds finite records only
+        count[w] = count.get(w, 0) + 1
     by_key: dict = {}
     for w, n in count.items():
         k = twins.twin_key(w)
@@ -169,16 +171,16 @@ def _store_twins(workloads, first_of, recorded, history) -> dict:
     return out
 
 
-def _missing(job, first_of, theirs, from_store, lay) -> bool:
+def _missing(job, first_of, timed_there, lay) -> bool:
     """Whether ``job``, of a later twin whose first twin is a workload of the store
-    (``from_store``, its timings ``theirs``), was pruned (or failed) there: no timing of it, while
-    its variant and its layout pair have one there (a variant never timed there, as under another
-    family list, is timed here)."""
+    (``timed_there``: such a workload -> its candidates with a timing), was pruned (or failed)
+    there: no timing of it, while its variant and its layout pair have one there (a variant
+    never timed there, as under another family list, is timed here)."""
     from ..measure import scouts
     f = first_of.get(job.workload)
-    if f not in from_store or (f, job.candidate) in theirs:
+    mine = timed_there.get(f)
+    if mine is None or job.candidate in mine:
         return False
-    mine = [c for (w, c) in theirs if w == f]
     v, pair = scouts.variant(job.candidate), lay(f, job.candidate)
     return any(scouts.variant(c) == v for c in mine) and any(lay(f, c) == pair for c in mine)
 
