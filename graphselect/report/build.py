@@ -161,7 +161,7 @@ def make_report(*, imported, measured, machine, selection, checked, settings, st
         "conv_layers": sum(1 for r in layers if r["kind"] == "conv"),
         "families_chosen": _count(r["family"] for r in layers if r["kind"] == "conv"),
         "records": {"jobs": measured.jobs, "reused": measured.reused,
-                    "retimed": measured.retimed, "store": store, **measured.seconds,
+                    "retimed": measured.retimed, "new": measured.new, "store": store, **measured.seconds,
                     "flagged": [{"workload": w, "candidate": c, "why": why} for w, c, why in measured.flagged],
                     "pruned": [{"workload": w, "candidate": c, "why": why} for w, c, why in measured.pruned]},
         "calibration": _rounded(selection.calibration.as_dict()),

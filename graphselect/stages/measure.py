@@ -18,6 +18,7 @@ class Measured:
     flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
     seconds: dict = field(default_factory=dict)  # waiting for the builder (build_s) and in the runner (run_s)
     pruned: tuple[tuple[str, str, str], ...] = ()   # (workload, candidate, why) not timed (measure.scouts, .twins)
+    new: int = 0                       # jobs with no record, timed by this run (jobs = reused + retimed + new + pruned)
 
 
 def measure(imported: Imported, s: Settings, store) -> Measured:
@@ -130,6 +131,8 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
             pruned += as_first + by_twin
             meas.update(timed([j for j in later if j.key in keep]))
     pruned = _unique(pruned)
+    gone = {(p.workload, p.candidate) for p in pruned}
+    new = sum(1 for k in meas if k in keys and k not in found_keys and k not in gone)
     for p in pruned:
         meas[(p.workload, p.candidate)] = Measurement(p.workload, p.candidate, math.inf, math.inf,
                                                       f"pruned: {p.why}", version=keys[(p.workload, p.candidate)].version)
@@ -139,7 +142,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
                     {k: round(v, 2) for k, v in clock.items()},
-                    tuple((p.workload, p.candidate, p.why) for p in pruned))
+                    tuple((p.workload, p.candidate, p.why) for p in pruned), new)
 
 
 def _unique(pruned):
@@ -250,7 +253,7 @@ def keep_quiet(s: Settings, store, probe) -> None:
 def retime(model, s: Settings, store, *, match: str | None = None, flagged_only: bool = False,
            input_shape=None) -> list[tuple[str, str, object, object]]:
     """Re-time the records a model's plan uses (those whose workload or candidate contains
-    ``match``; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
+    ``match``; a job with no record is left alone; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
     from ..measure import plan as plan_mod
     from ..measure.local import REFERENCE, reference_version, stale
     from ..measure.run import measure as run
@@ -263,8 +266,8 @@ def retime(model, s: Settings, store, *, match: str | None = None, flagged_only:
         if j.key in old or (match and match not in j.workload and match not in j.candidate):
             continue
         m = store.get(s.ctx, *j.key, j.version)
-        if flagged_only and (m is None or not (m.flag or stale(m, quiet))):
-            continue
+        if m is None or (flagged_only and not (m.flag or stale(m, quiet))):
+            continue                     # no record (never measured, or pruned: measure.scouts)
         old[j.key] = m
         jobs.append(j)
     for j in jobs:

@@ -59,8 +59,19 @@ def test_optimize_writes_library_module_and_report(tmp_path):
     rep2 = json.loads((out / "report.json").read_text())
     rec = rep2["records"]
     assert rec["jobs"] == rep["records"]["jobs"]
-    assert rec["reused"] + rec["retimed"] == rec["jobs"]
+    # every job is accounted for: a record reused or re-timed, timed anew, or pruned (measure.scouts)
+    assert rec["reused"] + rec["retimed"] + rec["new"] + len(rec["pruned"]) == rec["jobs"]
+    assert rec["reused"] + rec["retimed"] == _stored(tmp_path / "records.sqlite") - 1   # all but the reference
     assert rec["retimed"] == untrusted, rec
+
+
+def _stored(path):
+    from graphselect.measure.store import RecordStore
+    store = RecordStore(path)
+    try:
+        return len(store.records())
+    finally:
+        store.close()
 
 
 def _untrusted(path):
