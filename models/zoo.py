@@ -254,6 +254,39 @@ def inception(b: GraphBuilder) -> str:
     return b.head(x, 1000)
 
 
+@_register("GoogLeNet (torchvision's Inception-v1: nine inception blocks, 3x3 in the '5x5' branch, "
+           "ceil-mode pooling)", image_size=224, min_image_size=32, convs=57)
+def googlenet(b: GraphBuilder) -> str:
+    """torchvision's ``googlenet`` without its auxiliary heads (inference): every conv is
+    conv + BN + ReLU, and the branch torchvision names 5x5 is a 3x3 (torchvision's choice)."""
+    def cbr(y: str, name: str, c: int, k: int, **kw) -> str:
+        return b.conv_bn(y, c, k, conv=f"{name}.conv", bn=f"{name}.bn", act=f"{name}.relu", **kw)
+
+    def block(y: str, p: str, c1: int, c3r: int, c3: int, c5r: int, c5: int, proj: int) -> str:
+        br1 = cbr(y, f"{p}.branch1", c1, 1)
+        br2 = cbr(cbr(y, f"{p}.branch2.0", c3r, 1), f"{p}.branch2.1", c3, 3)
+        br3 = cbr(cbr(y, f"{p}.branch3.0", c5r, 1), f"{p}.branch3.1", c5, 3)
+        br4 = cbr(b.maxpool(y, f"{p}.branch4.0", 3, 1, 1, ceil_mode=True), f"{p}.branch4.1", proj, 1)
+        return b.concat([br1, br2, br3, br4], f"{p}.concat")
+
+    x = cbr("input", "conv1", 64, 7, stride=2, pad=3)
+    x = b.maxpool(x, "maxpool1", 3, 2, ceil_mode=True)
+    x = cbr(x, "conv2", 64, 1)
+    x = cbr(x, "conv3", 192, 3)
+    x = b.maxpool(x, "maxpool2", 3, 2, ceil_mode=True)
+    x = block(x, "inception3a", 64, 96, 128, 16, 32, 32)
+    x = block(x, "inception3b", 128, 128, 192, 32, 96, 64)
+    x = b.maxpool(x, "maxpool3", 3, 2, ceil_mode=True)
+    for name, cfg in (("4a", (192, 96, 208, 16, 48, 64)), ("4b", (160, 112, 224, 24, 64, 64)),
+                      ("4c", (128, 128, 256, 24, 64, 64)), ("4d", (112, 144, 288, 32, 64, 64)),
+                      ("4e", (256, 160, 320, 32, 128, 128))):
+        x = block(x, f"inception{name}", *cfg)
+    x = b.maxpool(x, "maxpool4", 2, 2, ceil_mode=True)
+    x = block(x, "inception5a", 256, 160, 320, 32, 128, 128)
+    x = block(x, "inception5b", 384, 192, 384, 48, 128, 128)
+    return b.head(x, 1000)
+
+
 # ---------------------------------------------------------------- MobileNetV2
 # torchvision's inverted_residual_setting: expand ratio t, channels c, repeats n, stride s
 _MOBILENET_V2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
@@ -406,6 +439,31 @@ def regnet_x_400mf(b: GraphBuilder) -> str:
             # torchvision names blocks "block1-0"; '-' becomes '_' to keep names identifiers
             x = _res_bottleneck(b, x, f"trunk_output.block{stage}.block{stage}_{j}", width,
                                 2 if j == 0 else 1, 16)
+    return b.head(x, 1000)
+
+
+@_register("DenseNet-121 (dense blocks 6-12-24-16, growth 32, pre-activation BN+ReLU on each "
+           "concatenation, average-pool transitions)", image_size=224, min_image_size=32, convs=120)
+def densenet121(b: GraphBuilder) -> str:
+    """torchvision's ``densenet121``: each dense layer is BN -> ReLU -> 1x1 (128) -> BN -> ReLU ->
+    3x3 (32), its output concatenated to its input; a transition is BN -> ReLU -> 1x1 (half the
+    channels) -> 2x2 average pool. The BN before a conv reads a concatenation, not a conv's
+    output, so it cannot be folded into a conv's weights."""
+    x = b.conv("input", "features.conv0", 64, 7, stride=2, pad=3)
+    x = b.relu(b.bn(x, "features.norm0"), "features.relu0")
+    x = b.maxpool(x, "features.pool0", 3, 2, 1)
+    for i, n in enumerate((6, 12, 24, 16), start=1):
+        for j in range(1, n + 1):
+            p = f"features.denseblock{i}.denselayer{j}"
+            y = b.relu(b.bn(x, f"{p}.norm1"), f"{p}.relu1")
+            y = b.conv_bn(y, 128, 1, conv=f"{p}.conv1", bn=f"{p}.norm2", act=f"{p}.relu2")
+            y = b.conv(y, f"{p}.conv2", 32, 3, pad=1)
+            x = b.concat([x, y], f"{p}.concat")
+        if i < 4:
+            p = f"features.transition{i}"
+            y = b.relu(b.bn(x, f"{p}.norm"), f"{p}.relu")
+            x = b.avgpool(b.conv(y, f"{p}.conv", b.channels[x] // 2, 1), f"{p}.pool", 2, 2)
+    x = b.relu(b.bn(x, "features.norm5"), "features.relu5")
     return b.head(x, 1000)
 
 

@@ -16,11 +16,11 @@ import models
 from models import ZOO, build, list_models, save
 
 MOBILE = ["mobilenet_v2", "efficientnet_b0", "shufflenet_v2", "regnet_x_400mf"]
-NAMES = ["resnet18", "resnet34", "resnet18_half", "wrn16_4", "resnet50", "vgg11", "squeezenet1_1", "inception", *MOBILE, "tiny",
+NAMES = ["resnet18", "resnet34", "resnet18_half", "wrn16_4", "resnet50", "vgg11", "squeezenet1_1", "inception", "googlenet", *MOBILE, "densenet121", "tiny",
          "tiny_concat", "mobile_tiny"]
 TINY = ["tiny", "tiny_concat", "mobile_tiny"]
 CONVS = {"resnet18": 20, "resnet34": 36, "wrn16_4": 16, "resnet18_half": 20, "resnet50": 53, "vgg11": 8, "squeezenet1_1": 26,
-         "inception": 22, "mobilenet_v2": 52, "efficientnet_b0": 81, "shufflenet_v2": 56,
+         "inception": 22, "googlenet": 57, "densenet121": 120, "mobilenet_v2": 52, "efficientnet_b0": 81, "shufflenet_v2": 56,
          "regnet_x_400mf": 71, "tiny": 3, "tiny_concat": 4, "mobile_tiny": 12}
 CLASSES = {n: 1000 for n in NAMES} | {n: 10 for n in TINY + ["wrn16_4"]}
 DEFAULT_SIZE = {n: 224 for n in NAMES} | {n: 32 for n in TINY + ["wrn16_4"]} | {"resnet18_half": 112}
@@ -97,6 +97,16 @@ def test_batchnorm_follows_every_conv_except_squeezenet_and_se(name):
     if name == "squeezenet1_1":
         assert not bns
         assert all(len(c.input) == 3 for c in convs)  # conv biases
+        return
+    if name == "densenet121":
+        # pre-activation: a BN (+ReLU) on each concatenation before a conv, and one after each
+        # dense layer's 1x1 conv; its 3x3 convs and the transitions' 1x1 feed a Concat or a pool
+        assert len(bns) == 1 + 58 * 2 + 3 + 1 and len(convs) == 1 + 58 * 2 + 3
+        for c in convs:
+            (nxt,) = consumers[c.output[0]]
+            want = "Concat" if c.name.endswith(".conv2") else "AveragePool" if "transition" in c.name \
+                else "BatchNormalization"
+            assert nxt.op_type == want, c.name
         return
     # squeeze-and-excitation convs are plain Conv2d(bias=True), as in torchvision
     se = [c for c in convs if c.name.endswith((".fc1", ".fc2"))]
