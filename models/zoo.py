@@ -214,37 +214,34 @@ def squeezenet1_1(b: GraphBuilder) -> str:
 
 
 # ------------------------------------------------------------------ Inception
+def _cbr(b: GraphBuilder, y: str, name: str, c: int, k: int, **kw) -> str:
+    """Conv + BN + ReLU named ``name.conv`` / ``name.bn`` / ``name.relu`` (torchvision's BasicConv2d)."""
+    return b.conv_bn(y, c, k, conv=f"{name}.conv", bn=f"{name}.bn", act=f"{name}.relu", **kw)
+
+
 def _inception(b: GraphBuilder, x: str, p: str, c1: int, c3r: int, c3: int,
-               c5r: int, c5: int, pool_proj: int, *, double3x3: bool = False) -> str:
-    """Inception-v1 block: 1x1 | 1x1->3x3 | 1x1->5x5 (or 1x1->3x3->3x3) |
-    3x3 max-pool (stride 1, pad 1) -> 1x1, concatenated on channels."""
-
-    def cbr(y: str, name: str, c: int, k: int) -> str:
-        return b.conv_bn(y, c, k, conv=f"{name}.conv", bn=f"{name}.bn",
-                         act=f"{name}.relu")
-
-    br1 = cbr(x, f"{p}.branch1", c1, 1)
-    br2 = cbr(cbr(x, f"{p}.branch2.0", c3r, 1), f"{p}.branch2.1", c3, 3)
-    br3 = cbr(x, f"{p}.branch3.0", c5r, 1)
+               c5r: int, c5: int, pool_proj: int, *, double3x3: bool = False, k5: int = 5,
+               pool_ceil: bool = False) -> str:
+    """Inception-v1 block: 1x1 | 1x1->3x3 | 1x1->k5 x k5 (or 1x1->3x3->3x3) |
+    3x3 max-pool (stride 1, pad 1; ``pool_ceil``: in ceil mode) -> 1x1, concatenated on channels."""
+    br1 = _cbr(b, x, f"{p}.branch1", c1, 1)
+    br2 = _cbr(b, _cbr(b, x, f"{p}.branch2.0", c3r, 1), f"{p}.branch2.1", c3, 3)
+    br3 = _cbr(b, x, f"{p}.branch3.0", c5r, 1)
     if double3x3:
-        br3 = cbr(cbr(br3, f"{p}.branch3.1", c5, 3), f"{p}.branch3.2", c5, 3)
+        br3 = _cbr(b, _cbr(b, br3, f"{p}.branch3.1", c5, 3), f"{p}.branch3.2", c5, 3)
     else:
-        br3 = cbr(br3, f"{p}.branch3.1", c5, 5)
-    br4 = cbr(b.maxpool(x, f"{p}.branch4.0", 3, 1, 1), f"{p}.branch4.1", pool_proj, 1)
+        br3 = _cbr(b, br3, f"{p}.branch3.1", c5, k5)
+    br4 = _cbr(b, b.maxpool(x, f"{p}.branch4.0", 3, 1, 1, ceil_mode=pool_ceil), f"{p}.branch4.1", pool_proj, 1)
     return b.concat([br1, br2, br3, br4], f"{p}.concat")
 
 
 @_register("Inception-v1-style (GoogLeNet stem, blocks 3a, 3b, 4a; 5x5 and "
            "double-3x3 branches)", image_size=224, min_image_size=32, convs=22)
 def inception(b: GraphBuilder) -> str:
-    def cbr(y: str, name: str, c: int, k: int, **kw) -> str:
-        return b.conv_bn(y, c, k, conv=f"{name}.conv", bn=f"{name}.bn",
-                         act=f"{name}.relu", **kw)
-
-    x = cbr("input", "conv1", 64, 7, stride=2, pad=3)
+    x = _cbr(b, "input", "conv1", 64, 7, stride=2, pad=3)
     x = b.maxpool(x, "maxpool1", 3, 2, 1)
-    x = cbr(x, "conv2", 64, 1)
-    x = cbr(x, "conv3", 192, 3)
+    x = _cbr(b, x, "conv2", 64, 1)
+    x = _cbr(b, x, "conv3", 192, 3)
     x = b.maxpool(x, "maxpool2", 3, 2, 1)
     x = _inception(b, x, "inception3a", 64, 96, 128, 16, 32, 32)         # -> 256
     x = _inception(b, x, "inception3b", 128, 128, 192, 32, 96, 64)       # -> 480
@@ -259,20 +256,13 @@ def inception(b: GraphBuilder) -> str:
 def googlenet(b: GraphBuilder) -> str:
     """torchvision's ``googlenet`` without its auxiliary heads (inference): every conv is
     conv + BN + ReLU, and the branch torchvision names 5x5 is a 3x3 (torchvision's choice)."""
-    def cbr(y: str, name: str, c: int, k: int, **kw) -> str:
-        return b.conv_bn(y, c, k, conv=f"{name}.conv", bn=f"{name}.bn", act=f"{name}.relu", **kw)
+    def block(y: str, p: str, *cfg: int) -> str:
+        return _inception(b, y, p, *cfg, k5=3, pool_ceil=True)
 
-    def block(y: str, p: str, c1: int, c3r: int, c3: int, c5r: int, c5: int, proj: int) -> str:
-        br1 = cbr(y, f"{p}.branch1", c1, 1)
-        br2 = cbr(cbr(y, f"{p}.branch2.0", c3r, 1), f"{p}.branch2.1", c3, 3)
-        br3 = cbr(cbr(y, f"{p}.branch3.0", c5r, 1), f"{p}.branch3.1", c5, 3)
-        br4 = cbr(b.maxpool(y, f"{p}.branch4.0", 3, 1, 1, ceil_mode=True), f"{p}.branch4.1", proj, 1)
-        return b.concat([br1, br2, br3, br4], f"{p}.concat")
-
-    x = cbr("input", "conv1", 64, 7, stride=2, pad=3)
+    x = _cbr(b, "input", "conv1", 64, 7, stride=2, pad=3)
     x = b.maxpool(x, "maxpool1", 3, 2, ceil_mode=True)
-    x = cbr(x, "conv2", 64, 1)
-    x = cbr(x, "conv3", 192, 3)
+    x = _cbr(b, x, "conv2", 64, 1)
+    x = _cbr(b, x, "conv3", 192, 3)
     x = b.maxpool(x, "maxpool2", 3, 2, ceil_mode=True)
     x = block(x, "inception3a", 64, 96, 128, 16, 32, 32)
     x = block(x, "inception3b", 128, 128, 192, 32, 96, 64)

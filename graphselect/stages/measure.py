@@ -253,7 +253,8 @@ def keep_quiet(s: Settings, store, probe) -> None:
 def retime(model, s: Settings, store, *, match: str | None = None, flagged_only: bool = False,
            input_shape=None) -> list[tuple[str, str, object, object]]:
     """Re-time the records a model's plan uses (those whose workload or candidate contains
-    ``match``; a job with no record is left alone; only flagged or stale ones with ``flagged_only``): (workload, candidate, old, new)."""
+    ``match``; only flagged or stale ones with ``flagged_only``; a job with no record is left
+    alone): (workload, candidate, old, new)."""
     from ..measure import plan as plan_mod
     from ..measure.local import REFERENCE, reference_version, stale
     from ..measure.run import measure as run
