@@ -32,7 +32,113 @@ def import_onnx(model, shapes: dict[str, tuple[int, ...]]):
     mod = fold_in_numpy(mod)
     seq = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])
-    return seq(mod)
+    return fold_affine(seq(mod))
+
+
+# Chains of per-channel arithmetic by constants (a BatchNormalization no conv precedes, as
+# DecomposeOpsForInference writes it: subtract the mean, divide by the deviation, multiply by
+# gamma, add beta) become one multiply and one add (issue 24: DenseNet-121's 120 such chains
+# were 480 layers, each measured in every layout, and 240 kernels in the network).
+_AFFINE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+AFFINE_MIN = 3          # a chain this long or longer is folded (two ops cannot get shorter)
+
+
+def _affine_step(call, rx):
+    """(tensor variable, op, constant, constant first) when ``call`` is x op c or c op x by one
+    float32 constant and is affine in x (c / x is not); None otherwise."""
+    from ..graph.layers import _is_const, _op_name, const_value
+    name = _op_name(call)
+    if name not in _AFFINE or len(call.args) != 2:
+        return None
+    a, b = call.args
+    if isinstance(a, rx.Var) and _is_const(b):
+        x, c, first = a, b, False
+    elif isinstance(b, rx.Var) and _is_const(a) and name != "relax.divide":
+        x, c, first = b, a, True
+    else:
+        return None
+    v = const_value(c)
+    if str(v.dtype) != "float32":
+        return None
+    return x, name, v.astype(np.float64), first
+
+
+def _compose(scale, shift, name, c, first):
+    """(scale, shift) of ``op(scale*x + shift, c)`` (or ``op(c, ...)`` when ``first``)."""
+    if name == "relax.add":
+        return scale, shift + c
+    if name == "relax.subtract":
+        return (-scale, c - shift) if first else (scale, shift - c)
+    if name == "relax.multiply":
+        return scale * c, shift * c
+    return scale / c, shift / c                     # divide, by the constant
+
+
+def fold_affine(mod):
+    """``mod`` with every chain of :data:`AFFINE_MIN` or more per-element ops by constants
+    (add, subtract, multiply, divide), each intermediate read by the next alone, replaced by
+    ``x * scale + shift`` (two ops, the constants composed in float64, then rounded to float32).
+    A chain that reads a conv's output is left alone (its bias add is the conv's epilogue), and so
+    is one whose composed constants would broadcast ``x`` to another shape."""
+    from tvm import relax as rx
+    from ..graph.layers import _op_name, _shape, _vars_in
+    func = mod["main"] if "main" in [gv.name_hint for gv in mod.get_global_vars()] else None
+    if func is None or not isinstance(func, rx.Function):
+        return mod
+    bindings = [b for blk in func.body.blocks for b in blk.bindings]
+    users: dict = {}
+    for b in bindings:
+        for v in _vars_in(b.value, rx):
+            users[v] = users.get(v, 0) + 1
+    for v in _vars_in(func.body.body, rx):
+        users[v] = users.get(v, 0) + 2               # an output is never folded away
+    value = {b.var: b.value for b in bindings}
+    step = {b.var: s for b in bindings if isinstance(b.value, rx.Call) and (s := _affine_step(b.value, rx))}
+    nxt = {s[0]: v for v, s in step.items()}         # x -> the step that reads it (when it is the only reader)
+    drop, ends = set(), {}
+    for v in step:
+        if users.get(v, 0) == 1 and v in nxt and isinstance(v, rx.DataflowVar):
+            continue                                  # not a chain's end: the next step reads it alone
+        chain = [v]
+        while (x := step[chain[-1]][0]) in step and users.get(x, 0) == 1 and isinstance(x, rx.DataflowVar):
+            chain.append(x)
+        chain.reverse()
+        base = step[chain[0]][0]
+        if len(chain) < AFFINE_MIN or _op_name(value.get(base)) == "relax.nn.conv2d":
+            continue
+        scale, shift = np.ones((), np.float64), np.zeros((), np.float64)
+        for u in chain:
+            _, name, c, first = step[u]
+            scale, shift = _compose(scale, shift, name, c, first)
+        xs, out = _shape(base), _shape(v)
+        if xs is None or out is None or np.broadcast_shapes(xs, scale.shape, shift.shape) != out or xs != out:
+            continue
+        drop.update(chain[:-1])
+        ends[v] = (base, scale.astype(np.float32), shift.astype(np.float32))
+    if not ends:
+        return mod
+
+    @rx.expr_functor.mutator
+    class Fold(rx.PyExprMutator):
+        def visit_var_binding_(self, binding):
+            if binding.var in drop:
+                return
+            if binding.var in ends:
+                base, scale, shift = ends[binding.var]
+                x = self.visit_expr(base)
+                y = self.builder_.emit(rx.op.multiply(x, rx.const(np.array(scale, order="C"), "float32")))
+                z = rx.op.add(y, rx.const(np.array(shift, order="C"), "float32"))
+                hint = binding.var.name
+                new = self.builder_.emit(z, hint) if isinstance(binding.var, rx.DataflowVar) \
+                    else self.builder_.emit_output(z, hint)
+                self.set_var_remap(binding.var, new)
+                return
+            super().visit_var_binding_(binding)
+
+    import tvm
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+    out["main"] = Fold().visit_expr(func)
+    return out
 
 
 # Ops on constants evaluated in numpy before FoldConstant, which builds every folded call with

@@ -14,7 +14,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 import models
 from graphselect.frontend import onnx_prep
-from graphselect.frontend.relax_import import _NUMPY_FOLD, fold_in_numpy, import_onnx
+from graphselect.frontend.relax_import import _NUMPY_FOLD, fold_affine, fold_in_numpy, import_onnx
 from graphselect.graph.layers import _is_const
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -76,8 +76,8 @@ def _foldable_calls(mod):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_numpy_fold_gives_foldconstants_module(name):
     p, mod = _relax(CASES[name]())
-    want = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.CanonicalizeBindings(),
-                                     relax.transform.DeadCodeElimination()])(mod)
+    want = fold_affine(tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.CanonicalizeBindings(),
+                                                 relax.transform.DeadCodeElimination()])(mod))
     tvm.ir.assert_structural_equal(import_onnx(p.model, p.shapes), want)
 
 
@@ -86,3 +86,80 @@ def test_numpy_fold_removes_the_constant_calls():
     before = _foldable_calls(relax.transform.CanonicalizeBindings()(mod))
     after = _foldable_calls(relax.transform.CanonicalizeBindings()(fold_in_numpy(mod)))
     assert before and not after, (before, after)
+
+
+def _ops(mod):
+    return [getattr(b.value.op, "name", None) for blk in mod["main"].body.blocks for b in blk.bindings
+            if isinstance(b.value, relax.Call)]
+
+
+def _run_relax(mod, x):
+    ex = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def _chain_model(ops, conv_first=False, reader_at=None):
+    """x -> [conv] -> the per-channel ops of ``ops`` ((onnx op, constant first) each) -> Relu;
+    with ``reader_at`` = k, step k's output is also an output of its own (a second reader)."""
+    rng = np.random.default_rng(1)
+    c = 4
+    inits, nodes, cur = [], [], "x"
+    if conv_first:
+        inits.append(numpy_helper.from_array(rng.normal(size=(c, c, 1, 1)).astype(np.float32), "w"))
+        nodes.append(helper.make_node("Conv", ["x", "w"], ["cv"]))
+        cur = "cv"
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 5, 5])]
+    for k, (op, first) in enumerate(ops):
+        name = f"k{k}"
+        inits.append(numpy_helper.from_array(rng.uniform(0.5, 2.0, (c, 1, 1)).astype(np.float32), name))
+        nodes.append(helper.make_node(op, [name, cur] if first else [cur, name], [f"t{k}"]))
+        cur = f"t{k}"
+        if k == reader_at:
+            outs.append(helper.make_tensor_value_info(cur, TensorProto.FLOAT, [1, c, 5, 5]))
+    nodes.append(helper.make_node("Relu", [cur], ["y"]))
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 5, 5])],
+                          outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _ort(model, x):
+    import onnxruntime as ort
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})
+
+
+def test_affine_chain_folds_to_one_multiply_and_add_with_onnxruntimes_numbers():
+    """A BatchNormalization on the input (four ops after decomposition), and a chain with a
+    constant first (c - x, c * x): one multiply and one add each, numerics as onnxruntime's."""
+    x = np.random.default_rng(2).normal(size=(1, 5, 6, 6)).astype(np.float32)
+    bn = _bn_on_input()
+    p = onnx_prep.prepare(bn)
+    mod = import_onnx(p.model, p.shapes)
+    assert _ops(mod) == ["relax.multiply", "relax.add", "relax.nn.conv2d", "relax.nn.relu"], _ops(mod)
+    want = _ort(bn, x)[0]
+    got = _run_relax(mod, x)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    m = _chain_model([("Sub", True), ("Mul", True), ("Div", False), ("Add", False), ("Sub", False)])
+    p = onnx_prep.prepare(m)
+    mod = import_onnx(p.model, p.shapes)
+    assert _ops(mod) == ["relax.multiply", "relax.add", "relax.nn.relu"], _ops(mod)
+    x = np.random.default_rng(3).normal(size=(1, 4, 5, 5)).astype(np.float32)
+    want = _ort(m, x)[0]
+    assert np.abs(_run_relax(mod, x) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("case", ["short", "after_conv", "second_reader", "c_over_x"])
+def test_affine_chains_left_alone(case):
+    """Two ops cannot get shorter; a conv's bias add is its epilogue; an intermediate another op
+    reads stays (only the ops after it fold, when three or more); c / x is not affine."""
+    m = {"short": lambda: _chain_model([("Sub", False), ("Mul", False)]),
+         "after_conv": lambda: _chain_model([("Add", False), ("Mul", False), ("Add", False)], conv_first=True),
+         "second_reader": lambda: _chain_model([("Sub", False), ("Div", False), ("Mul", False), ("Add", False)],
+                                               reader_at=1),
+         "c_over_x": lambda: _chain_model([("Sub", False), ("Div", True), ("Add", False)])}[case]()
+    p = onnx_prep.prepare(m)
+    raw = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.CanonicalizeBindings(),
+                                    relax.transform.DeadCodeElimination()])(
+        relax.transform.DecomposeOpsForInference()(from_onnx(p.model, shape_dict={k: list(v) for k, v in p.shapes.items()})))
+    assert _ops(fold_affine(raw)) == _ops(raw)
