@@ -18,15 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
-def cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return "unknown CPU"
-    f = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    g = lambda k: f.get(k, "?").strip()          # noqa: E731
-    return f"{g('Model name')} (family {g('CPU family')} model {g('Model')}), {g('CPU(s)')} CPUs"
+from results_io import cpu_line  # noqa: E402
 
 
 def run(model: str, root: Path) -> dict:
@@ -54,7 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("models", nargs="+")
     ap.add_argument("--root", default="/tmp/fresh/run")
     a = ap.parse_args(argv)
-    print(cpu())
+    print(cpu_line())
     for m in a.models:
         print(json.dumps(run(m, Path(a.root))))
     return 0

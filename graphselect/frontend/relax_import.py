@@ -94,10 +94,10 @@ def fold_affine(mod):
         users[v] = users.get(v, 0) + 2               # an output is never folded away
     value = {b.var: b.value for b in bindings}
     step = {b.var: s for b in bindings if isinstance(b.value, rx.Call) and (s := _affine_step(b.value, rx))}
-    nxt = {s[0]: v for v, s in step.items()}         # x -> the step that reads it (when it is the only reader)
+    stepped = {s[0] for s in step.values()}          # the variables some step reads
     drop, ends = set(), {}
     for v in step:
-        if users.get(v, 0) == 1 and v in nxt and isinstance(v, rx.DataflowVar):
+        if users.get(v, 0) == 1 and v in stepped and isinstance(v, rx.DataflowVar):
             continue                                  # not a chain's end: the next step reads it alone
         chain = [v]
         while (x := step[chain[-1]][0]) in step and users.get(x, 0) == 1 and isinstance(x, rx.DataflowVar):
@@ -111,7 +111,7 @@ def fold_affine(mod):
             _, name, c, first = step[u]
             scale, shift = _compose(scale, shift, name, c, first)
         xs, out = _shape(base), _shape(v)
-        if xs is None or out is None or np.broadcast_shapes(xs, scale.shape, shift.shape) != out or xs != out:
+        if xs is None or xs != out or np.broadcast_shapes(xs, scale.shape, shift.shape) != xs:
             continue
         drop.update(chain[:-1])
         ends[v] = (base, scale.astype(np.float32), shift.astype(np.float32))
