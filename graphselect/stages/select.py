@@ -7,7 +7,8 @@ on a fresh machine: isolated timings as they are) and builds the solver's assign
 of the other residency levels and the warm-cache greedy one. Every built network is timed plainly
 and kernel by kernel (``measure.innet``) in interleaved rounds; the observations go to the store
 and the calibration is fitted again (``costmodels.calibration.fit``). Each later round solves the
-recalibrated Problem; a new assignment is built and timed with the others, the same one ends the
+recalibrated Problem; a new assignment is built and timed beside the incumbent (the built network
+that round's objective ranks first; the others keep their last timing), the same one ends the
 loop. After ``max_rounds`` the best measured assignment under the final objective is returned.
 So the final objective's terms, for every kernel of the returned assignment, come from that
 assignment's own run: its value for it agrees with the measurement by construction, and only the
@@ -222,13 +223,17 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             if acc is None or acc.ok(want[0][0]):     # want[0]: the solver's own
                 break
             continue                    # auto: the solver's network missed the tolerance; solve again, tighter
-        s.progress("loop", r, s.max_rounds, f"round {r}: timing {len(built)} network(s) kernel by kernel")
+        # round 0 times all it built; a later round only its new networks beside the incumbent (the
+        # built one this round's objective ranks first): the others keep their last in-place timing,
+        # which the store and the fit already hold
+        session = built if r == 0 or best is None else [best] + made
+        s.progress("loop", r, s.max_rounds, f"round {r}: timing {len(session)} network(s) kernel by kernel")
         hand = handoff() if handoff is not None else None
-        timed = _time(built, x, s, probe)
+        timed = _time(session, x, s, probe)
         hand = (hand + handoff()) / 2 if handoff is not None else None
         innet.update(timed)
         fresh_nets, fresh_k = [], []
-        for b in built:
+        for b in session:
             if timed[b.label].loaded:
                 # timed under load: shown, but neither stored nor fitted (it would teach the
                 # calibration a slow spell of the machine)
@@ -368,10 +373,10 @@ def _handoff_probe(s: Settings):
     return HandoffProbe(s.target, s.spec.threads)
 
 
-def _time(built: list[Built], x, s: Settings, probe) -> dict:
-    """label -> measure.innet.NetworkTiming of every built network (one interleaved session)."""
+def _time(session: list[Built], x, s: Settings, probe) -> dict:
+    """label -> measure.innet.NetworkTiming of each network in ``session`` (one interleaved session)."""
     from ..measure.innet import time_networks
-    return time_networks({b.label: b.executable for b in built}, x, rounds=s.innet_rounds,
+    return time_networks({b.label: b.executable for b in session}, x, rounds=s.innet_rounds,
                          quiet=probe.quiet if probe is not None else None, seconds=INNET_SECONDS)
 
 

@@ -59,10 +59,25 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     model = models.build("tiny")
     path = tmp_path / "records.sqlite"
     imported = _fake_records(model, path)
-    monkeypatch.setattr(select, "_time", _fake_time(imported))
+    fake, sessions = _fake_time(imported), []
+
+    def timed(session, x, s, probe):
+        sessions.append([b.label for b in session])
+        return fake(session, x, s, probe)
+    monkeypatch.setattr(select, "_time", timed)
     r = graphselect.optimize(model, cache=path, benchmark_runs=3, timing=QUICK, cache_budget=None)
     sel = r.extra["selection"]
     lg = imported.lg
+    # round 0 timed all it built; each later round its new networks beside the incumbent, the
+    # earlier-built network its objective ranked first, and only those have a timing that round
+    rounds_timed = [x for x in sel.rounds if x.measured_ms]
+    assert len(sessions) == len(rounds_timed) >= 2
+    assert sessions[0] == list(sel.rounds[0].new)
+    for got, rd in zip(sessions[1:], rounds_timed[1:]):
+        earlier = [b for b in sel.built if b.label not in rd.new and sel.before[b.label].round < rd.index]
+        incumbent = min(earlier, key=lambda b: rd.predicted_ms[b.label])
+        assert got == [incumbent.label, *rd.new] and set(rd.measured_ms) == set(got)
+    assert len(sel.built) > len(sessions[-1])      # some built network was not timed again
     first = next(b for b in sel.built if b.label == "cp-sat")
     assert _winograd_layers(first, lg), "isolated timings should make round 0 pick Winograd"
     final = sel.by_label(sel.label)
