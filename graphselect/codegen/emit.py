@@ -143,18 +143,29 @@ def emit_fake_quant(bb, x, q):
     return bb.emit(rx.op.dequantize(v, s, z, axis=-1, out_dtype="float32"))
 
 
-def emit_conv(bb, layer: Layer, cand, prim_name: str, target, data, residual):
+def _made(memo, key, make):
+    """``make()``, kept in ``memo`` (a dict, or None: not kept) under ``key``."""
+    if memo is None:
+        return make()
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
+def emit_conv(bb, layer: Layer, cand, prim_name: str, target, data, residual, memo=None):
     """call_tir to the candidate's scheduled PrimFunc, weights pre-packed as constants; an
     epilogue the candidate cannot fuse follows as ordinary Relax ops (fused among themselves,
-    never into the opaque kernel)."""
+    never into the opaque kernel). ``memo`` (a dict) keeps the PrimFunc and constants of each
+    (layer, candidate, target, name) for the next network of the same graph."""
     rx = _rx()
     from .. import candidates
     fam = candidates.family(cand)
     spec = layer.conv
     fused = cand.fuses(spec)
-    func = fam.build(cand, spec, target, prim_name)
+    func, consts = _made(memo, (layer.name, cand, str(target), prim_name), lambda: (
+        fam.build(cand, spec, target, prim_name),
+        [rx.const(a) for a in fam.pack(cand, spec, layer.weight, layer.bias)]))
     gv = bb.add_func(func, prim_name)
-    consts = [rx.const(a) for a in fam.pack(cand, spec, layer.weight, layer.bias)]
     args = [data] + consts + ([residual] if residual is not None and fused else [])
     out_ty = rx.TensorType(layouts.shape_in(spec.out_shape, cand.out_layout), "float32")
     y = bb.emit(rx.call_tir(gv, args, out_ty))
@@ -163,14 +174,17 @@ def emit_conv(bb, layer: Layer, cand, prim_name: str, target, data, residual):
     return emit_epilogue(bb, y, spec, layer.bias, residual, cand.out_layout)
 
 
-def emit_block(bb, first: Layer, last: Layer, cand, prim_name: str, target, data, residual):
+def emit_block(bb, first: Layer, last: Layer, cand, prim_name: str, target, data, residual, memo=None):
     """call_tir to a ``dwpw`` block computing ``first`` (the depthwise conv) and ``last`` (the 1x1
-    conv reading it) in one kernel, both epilogues inside, the weights of both pre-packed."""
+    conv reading it) in one kernel, both epilogues inside, the weights of both pre-packed
+    (``memo``: as in :func:`emit_conv`)."""
     rx = _rx()
     from ..candidates import dwpw
     dw, pw = first.conv, last.conv
-    gv = bb.add_func(dwpw.build_chain(cand, dw, pw, target, prim_name), prim_name)
-    consts = [rx.const(a) for a in dwpw.pack_chain(cand, dw, pw, first.weight, first.bias, last.weight, last.bias)]
+    func, consts = _made(memo, (first.name, last.name, cand, str(target), prim_name), lambda: (
+        dwpw.build_chain(cand, dw, pw, target, prim_name),
+        [rx.const(a) for a in dwpw.pack_chain(cand, dw, pw, first.weight, first.bias, last.weight, last.bias)]))
+    gv = bb.add_func(func, prim_name)
     args = [data] + consts + ([residual] if residual is not None else [])
     return bb.emit(rx.call_tir(gv, args, rx.TensorType(layouts.shape_in(pw.out_shape, cand.out_layout), "float32")))
 

@@ -32,10 +32,20 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 MAX_ALTERNATIVES = 2     # other residency levels' best assignments built in round 0
+# ... on a machine whose store holds networks timed in place (the objective is calibrated), only
+# those predicted within this of the solver's pick: the largest round-0 error recorded on a model
+# new to a calibrated machine is 14% (bench/results/tuning-time-20261206.md), and an error in the
+# gap between two networks of one model is smaller still
+ALT_MARGIN = 0.15
 # A new assignment is built only when predicted faster than the best measured one by more than
 # this: below it, run-to-run noise of the in-network timing (2-5% on the VMs this was written on)
 # decides, and building it would chase noise.
 CONVERGED = 0.01
+# Round 0 takes an assignment an earlier run of this model timed in place when it is predicted
+# within this of the optimum (an unchanged rerun then times nothing): a gain that small is inside
+# the in-place timing's noise: on a Zen 4 VM two new networks of the loop predicted 2% faster than
+# the best timed one ran 4% faster and 4% slower (bench/results/tuning-time-20261207.md)
+RERUN = 0.03
 TIE = 1e-6               # a built network within this of the final solve's cost ties with its pick
 INNET_SECONDS = 3.0     # an in-place timing session runs at least this long (up to 40 rounds)
 ERROR_ROUNDS = 3        # --precision auto without in-place timing: solves to bring the error within tolerance
@@ -150,7 +160,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     built: list[Built] = []
     innet: dict = {}
     rounds: list[Round] = []
-    converged = False
+    converged = rerun = False           # rerun: round 0 took a network an earlier run timed
     x = inputs(imported)
     probe = load_probe(s, store) if s.max_rounds else None
     handoff = _handoff_probe(s) if s.max_rounds else None
@@ -164,13 +174,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         used = cal.as_dict()            # what this round solves and predicts with (refitted at its end)
         sol = solve(prob, s.solver, s.time_limit)
         if r == 0 and known:
-            # an assignment timed by an earlier run and within noise of the optimum is taken instead:
-            # its build is cached and its kernels were measured in place
-            prev = min(known, key=prob.evaluate)
-            if tuple(prev) != tuple(sol.choice) and prob.evaluate(prev) <= sol.cost * (1 + CONVERGED):
-                c = prob.evaluate(prev)
-                sol = Assignment(tuple(prev), c, sol.method, False, sol.seconds, max(0.0, (c - sol.cost) / c),
-                                 prob.resident(prev) if prob.cache_bytes is not None else None, sol.alternatives)
+            sol = _timed_earlier(prob, sol, known)
         have = {b.choice: b for b in built}
         label = have[tuple(sol.choice)].label if tuple(sol.choice) in have else \
             (s.solver if r == 0 else f"{s.solver} (round {r})")
@@ -187,7 +191,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         if r == 0 and s.max_rounds and not again:
             # the other residency levels' best as checks while this model is new to the machine;
             # warm-cache greedy always
-            want += _alternatives(prob, sol, greedy, s, levels=not known)
+            want += _alternatives(prob, sol, greedy, s, levels=not known, margin=ALT_MARGIN if nets else None)
         seen, unique = set(have), []
         for lb, a in want:                   # one build per distinct assignment
             if tuple(a.choice) not in seen:
@@ -213,7 +217,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                 s.progress("accuracy", k + 1, len(want), f"{b.label}: max relative error {errors[b.label]:.2e} against "
                            f"the fp32 reference (estimated {acc.estimated[b.label]:.2e}, tolerance {s.tolerance:g})")
         if again:
-            converged = True
+            converged = rerun = True
             rounds.append(Round(r, used, label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))
             s.progress("loop", r, s.max_rounds, "round 0: the assignment was timed in place by an earlier run; "
                        "nothing new to time")
@@ -283,7 +287,9 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         gap = (prob.evaluate(chosen.choice) - final.cost) / final.cost if final.cost > 0 else 0.0
         rule = (f"the best of the {len(usable)} built network(s){among} under the final calibrated objective, "
                 f"{gap:+.1%} against the final {final.method} solve's {proven}, which was not built "
-                + ("(within the convergence margin)" if gap <= CONVERGED else "(closed-loop rounds used up)"))
+                + ("(within the convergence margin)" if gap <= CONVERGED else
+                   f"(an earlier run timed this network in place; within {RERUN:.0%} it is kept)" if rerun else
+                   "(closed-loop rounds used up)"))
     elif acc is not None and not acc.ok(built[0].label):
         chosen = usable[-1]
         rule = (f"the all-fp32 {s.solver} assignment: no lower-precision network met the tolerance"
@@ -365,6 +371,19 @@ def _indices(plan, named) -> list[tuple[int, ...]]:
     return out
 
 
+def _timed_earlier(prob, sol, known):
+    """``sol``, or the best of ``known`` (assignments an earlier run timed in place) under ``prob``
+    where that is predicted within :data:`RERUN` of ``sol``: its build is cached and its kernels
+    were measured in place, and a smaller predicted gain is inside the timing's noise."""
+    from costmodels.problem import Assignment
+    prev = min(known, key=prob.evaluate)
+    c = prob.evaluate(prev)
+    if tuple(prev) == tuple(sol.choice) or c > sol.cost * (1 + RERUN):
+        return sol
+    return Assignment(tuple(prev), c, sol.method, False, sol.seconds, max(0.0, (c - sol.cost) / c),
+                      prob.resident(prev) if prob.cache_bytes is not None else None, sol.alternatives)
+
+
 def _handoff_probe(s: Settings):
     """``measure.peak.HandoffProbe`` where the networks are timed here (None on an RPC device)."""
     if s.remote:
@@ -387,12 +406,15 @@ def _greedy(problem, s: Settings):
         return solve(problem, s.solver if s.solver != "greedy" else "cp-sat", s.time_limit)
 
 
-def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True):
+def _alternatives(prob, sol, greedy, s: Settings, levels: bool = True, margin: float | None = None):
     """The best assignments of other residency levels (the one that fits the budget, and the
-    predicted fastest of the rest) and warm-cache greedy: checks, and data for the calibration."""
+    predicted fastest of the rest; with ``margin``, only those predicted within it of ``sol``)
+    and warm-cache greedy: checks, and data for the calibration."""
     from costmodels.problem import Assignment
     out = []
     others = sorted(sol.alternatives, key=prob.evaluate) if levels else []
+    if margin is not None:
+        others = [c for c in others if prob.evaluate(c) <= sol.cost * (1 + margin)]
     fits = [c for c in others if prob.resident(c)][:1]
     taken = set()
     for c in fits + [c for c in others if c not in fits][:MAX_ALTERNATIVES - len(fits)]:

@@ -151,6 +151,49 @@ def test_a_greedy_that_dead_ends_is_not_labelled_greedy():
     assert [lb for lb, _ in out] == ["greedy"]
 
 
+class _Costs:
+    """A Problem stand-in: each assignment's cost from a table, all resident, no cache term."""
+    cache_bytes = None
+
+    def __init__(self, costs):
+        self.costs = costs
+
+    def evaluate(self, choice):
+        return self.costs[tuple(choice)]
+
+    def resident(self, choice):
+        return True
+
+    def warm_share(self, choice):
+        return 1.0
+
+    def footprint(self, choice):
+        return 2**20 * choice[0]
+
+
+def test_round_0_takes_an_earlier_runs_network_within_the_rerun_margin_only():
+    from costmodels.problem import Assignment
+    opt = Assignment((0,), 10.0, "cp-sat", True)
+    near, far = (1,), (2,)
+    costs = _Costs({(0,): 10.0, near: 10.0 * (1 + select.RERUN) - 1e-6, far: 10.0 * (1 + select.RERUN) + 1e-3})
+    took = select._timed_earlier(costs, opt, [far, near])
+    assert took.choice == near and not took.optimal and took.cost == costs.evaluate(near)
+    assert select._timed_earlier(costs, opt, [far]) is opt          # outside the margin: the optimum
+    assert select._timed_earlier(costs, opt, [(0,)]) is opt         # the optimum itself was timed
+
+
+def test_a_calibrated_machine_builds_only_the_residency_levels_within_the_margin():
+    from costmodels.problem import Assignment
+    s = type("S", (), {"solver": "cp-sat"})()
+    costs = _Costs({(0,): 10.0, (1,): 10.5, (2,): 10.0 * (1 + select.ALT_MARGIN) + 0.01})
+    sol = Assignment((0,), 10.0, "cp-sat", True, alternatives=((2,), (1,)))
+    greedy = Assignment((3,), 11.0, "greedy", False)
+    every = select._alternatives(costs, sol, greedy, s)
+    assert [a.choice for _, a in every] == [(1,), (2,), (3,)]
+    near = select._alternatives(costs, sol, greedy, s, margin=select.ALT_MARGIN)
+    assert [a.choice for _, a in near] == [(1,), (3,)]              # greedy is built whatever it costs
+
+
 def test_batch_4_with_the_loop_matches_onnxruntime():
     m = models.build("tiny", batch=4)
     r = graphselect.optimize(m, cache=None, benchmark_runs=3, timing=QUICK)

@@ -151,3 +151,25 @@ def test_spatial_reductions_stay_in_the_blocked_layout(op, opset, axes):
     stem = sel[lg.convs[0].name]
     # only at the ends: the image into the stem's layout (unless it reads NCHW) and the output out
     assert count_transforms(amod) == 1 + (stem.in_layout != "NCHW")
+
+
+def test_a_graphs_later_rewrites_reuse_its_kernels_and_equal_fresh_ones():
+    """The networks of one graph share each (layer, candidate)'s PrimFunc and packed weights
+    (``rewrite.apply._EMITTED``); a rewrite that reuses them is the module a fresh one makes, and
+    a layer whose candidate changed gets its own kernel."""
+    import tvm_ffi
+    from graphselect.rewrite import apply as apply_mod
+    _, p, lg = _graph("tiny")
+    a = _uniform(lg, "NCHW16c")
+    other = next(c for c in candidates.propose(lg.layers["conv1"].conv, ["nchwc"]) if c != a["conv1"]
+                 and (c.in_layout, c.out_layout) == (a["conv1"].in_layout, a["conv1"].out_layout))
+    first = apply(lg, a, TARGET)
+    again = apply(lg, a, TARGET)
+    name = next(gv for gv, f in first.functions_items() if gv.name_hint.startswith("conv1"))
+    assert again[name.name_hint].same_as(first[name])          # the kernel was not made again
+    mixed = dict(a, conv1=other)
+    reused = apply(lg, mixed, TARGET)
+    apply_mod._EMITTED.pop(lg)
+    fresh = apply(lg, mixed, TARGET)
+    tvm.ir.assert_structural_equal(reused, fresh)
+    assert not tvm_ffi.structural_equal(reused, first)
