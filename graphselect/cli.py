@@ -12,12 +12,23 @@ from .errors import GraphSelectError
 from .fsutil import probe_write
 
 
+def _own(stream):
+    """A stream of its own on ``stream``'s descriptor (a copy of it), so that progress still shows
+    while a build silences the process's stderr (``stages.build.silence_stderr``); ``stream``
+    itself when it has no descriptor."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return stream
+    return os.fdopen(os.dup(fd), "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8")
+
+
 class _Progress:
     """One updating line on a terminal; a line per stage change and every ~10% otherwise."""
 
     def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.tty = stream.isatty()
+        self.stream = _own(stream)
+        self.tty = self.stream.isatty()
         self.last_stage = None
         self.last_pct = -1
         self.t0 = time.perf_counter()

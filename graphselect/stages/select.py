@@ -209,7 +209,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             before[lb] = Prediction(r, predicted[lb], basis(a.choice, r))
         s.progress("build", 0, len(want), f"compiling the {', '.join(lb for lb, _ in want)} selection"
                    f"{'s' if len(want) > 1 else ''}")
-        made = build_all(imported, measured, want, s, lambda d, n, what: s.progress("build", d, n, f"compiled {what}"))
+        made = build_all(imported, measured, want, s, lambda d, n, what: s.progress("build", d, n, what))
         built.extend(made)
         if acc is not None:
             for k, b in enumerate(made):

@@ -112,7 +112,7 @@ def test_a_rounds_networks_compile_together_in_order_and_match_onnxruntime(tmp_p
     built = build.build_all(imp, meas, wants, s, lambda d, n, what: seen.append((d, n, what)))
     assert [b.label for b in built] == ["direct", "nchwc"]
     assert sorted(d for d, _, _ in seen) == [1, 2] and {n for _, n, _ in seen} == {2}
-    assert {w for _, _, w in seen} == {"direct", "nchwc"}
+    assert {w for _, _, w in seen} == {"compiled direct", "compiled nchwc"}
     # every conv kernel measurement compiled is linked in, not compiled again (measure.kernels)
     convs = sum(1 for l in imp.lg.layers.values() if l.kind == "conv")
     assert all(b.executable is not None and b.origin == "linked" and b.linked >= convs for b in built)
