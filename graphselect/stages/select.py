@@ -38,14 +38,13 @@ MAX_ALTERNATIVES = 2     # other residency levels' best assignments built in rou
 # gap between two networks of one model is smaller still
 ALT_MARGIN = 0.15
 # A new assignment is built only when predicted faster than the best measured one by more than
-# this: below it, run-to-run noise of the in-network timing (2-5% on the VMs this was written on)
-# decides, and building it would chase noise.
-CONVERGED = 0.01
-# Round 0 takes an assignment an earlier run of this model timed in place when it is predicted
-# within this of the optimum (an unchanged rerun then times nothing): a gain that small is inside
-# the in-place timing's noise: on a Zen 4 VM two new networks of the loop predicted 2% faster than
-# the best timed one ran 4% faster and 4% slower (bench/results/tuning-time-20261207.md)
-RERUN = 0.03
+# this, and round 0 takes an assignment an earlier run of this model timed in place when it is
+# predicted within this of the optimum (an unchanged rerun then times nothing): below it the
+# in-place timing's noise decides. On a Zen 4 VM one network ran 10.9 and 12.3 ms in two sessions
+# seconds apart, and five new networks of the loop predicted 2-4% faster than the best timed one
+# ran from 10% slower to 4% faster than it in the same session (bench/results/tuning-time-20261207.md);
+# at 1% the loop used up its rounds chasing that noise.
+CONVERGED = 0.03
 TIE = 1e-6               # a built network within this of the final solve's cost ties with its pick
 INNET_SECONDS = 3.0     # an in-place timing session runs at least this long (up to 40 rounds)
 ERROR_ROUNDS = 3        # --precision auto without in-place timing: solves to bring the error within tolerance
@@ -160,7 +159,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
     built: list[Built] = []
     innet: dict = {}
     rounds: list[Round] = []
-    converged = rerun = False           # rerun: round 0 took a network an earlier run timed
+    converged = False
     x = inputs(imported)
     probe = load_probe(s, store) if s.max_rounds else None
     handoff = _handoff_probe(s) if s.max_rounds else None
@@ -217,7 +216,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
                 s.progress("accuracy", k + 1, len(want), f"{b.label}: max relative error {errors[b.label]:.2e} against "
                            f"the fp32 reference (estimated {acc.estimated[b.label]:.2e}, tolerance {s.tolerance:g})")
         if again:
-            converged = rerun = True
+            converged = True
             rounds.append(Round(r, used, label, predicted, {}, tuple(lb for lb, _ in want), budget, errors))
             s.progress("loop", r, s.max_rounds, "round 0: the assignment was timed in place by an earlier run; "
                        "nothing new to time")
@@ -287,9 +286,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         gap = (prob.evaluate(chosen.choice) - final.cost) / final.cost if final.cost > 0 else 0.0
         rule = (f"the best of the {len(usable)} built network(s){among} under the final calibrated objective, "
                 f"{gap:+.1%} against the final {final.method} solve's {proven}, which was not built "
-                + ("(within the convergence margin)" if gap <= CONVERGED else
-                   f"(an earlier run timed this network in place; within {RERUN:.0%} it is kept)" if rerun else
-                   "(closed-loop rounds used up)"))
+                + ("(within the convergence margin)" if gap <= CONVERGED else "(closed-loop rounds used up)"))
     elif acc is not None and not acc.ok(built[0].label):
         chosen = usable[-1]
         rule = (f"the all-fp32 {s.solver} assignment: no lower-precision network met the tolerance"
@@ -373,12 +370,12 @@ def _indices(plan, named) -> list[tuple[int, ...]]:
 
 def _timed_earlier(prob, sol, known):
     """``sol``, or the best of ``known`` (assignments an earlier run timed in place) under ``prob``
-    where that is predicted within :data:`RERUN` of ``sol``: its build is cached and its kernels
+    where that is predicted within :data:`CONVERGED` of ``sol``: its build is cached and its kernels
     were measured in place, and a smaller predicted gain is inside the timing's noise."""
     from costmodels.problem import Assignment
     prev = min(known, key=prob.evaluate)
     c = prob.evaluate(prev)
-    if tuple(prev) == tuple(sol.choice) or c > sol.cost * (1 + RERUN):
+    if tuple(prev) == tuple(sol.choice) or c > sol.cost * (1 + CONVERGED):
         return sol
     return Assignment(tuple(prev), c, sol.method, False, sol.seconds, max(0.0, (c - sol.cost) / c),
                       prob.resident(prev) if prob.cache_bytes is not None else None, sol.alternatives)

@@ -175,7 +175,7 @@ def test_round_0_takes_an_earlier_runs_network_within_the_rerun_margin_only():
     from costmodels.problem import Assignment
     opt = Assignment((0,), 10.0, "cp-sat", True)
     near, far = (1,), (2,)
-    costs = _Costs({(0,): 10.0, near: 10.0 * (1 + select.RERUN) - 1e-6, far: 10.0 * (1 + select.RERUN) + 1e-3})
+    costs = _Costs({(0,): 10.0, near: 10.0 * (1 + select.CONVERGED) - 1e-6, far: 10.0 * (1 + select.CONVERGED) + 1e-3})
     took = select._timed_earlier(costs, opt, [far, near])
     assert took.choice == near and not took.optimal and took.cost == costs.evaluate(near)
     assert select._timed_earlier(costs, opt, [far]) is opt          # outside the margin: the optimum
