@@ -93,13 +93,17 @@ class LoadProbe:
         return not self.loaded(self.time())
 
 
-def stale(m: Measurement, quiet_ms: float | None) -> bool:
+def stale(m: Measurement, quiet_ms: float | None, now_ms: float | None = None) -> bool:
     """Whether a stored record must be re-timed: flagged when taken (under load, or warm well
     above cold unless a re-time confirmed it), or taken while the reference kernel ran slower
-    than the tolerance allows against the quiet time known now."""
+    than the tolerance allows against the quiet time known now and against ``now_ms``, the
+    reference's time on the machine as it is now (a probe's floor): a record taken in a state no
+    slower than the present one would come out no better timed again. A 2-vCPU Zen 4 VM swung
+    between two states (reference 0.26 and 0.31-0.34 ms) within minutes; an unchanged rerun in the
+    slow state re-timed 198 records taken in it, against a floor the quiet state had left, in 100 s."""
     if m.flag and (m.flag.startswith(LOAD_FLAG) or _unconfirmed_warm(m.flag)):
         return True
-    return drifted(m, quiet_ms)
+    return drifted(m, max(quiet_ms, now_ms) if quiet_ms and now_ms and math.isfinite(now_ms) else quiet_ms)
 
 
 def drifted(m: Measurement, quiet_ms: float | None) -> bool:

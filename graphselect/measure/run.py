@@ -44,13 +44,14 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     old: dict = {}           # records found but re-timed
     seen = set()
     quiet = probe.quiet_ms if probe is not None and math.isfinite(probe.quiet_ms) else None
+    now = getattr(probe, "own_ms", None)           # the machine now (None: no reading)
     for j in jobs:
         key = (j.workload, j.candidate)
         if key in seen:        # layers sharing a workload share its measurements
             continue
         seen.add(key)
         rec = store.get(ctx, *key, j.version)
-        if rec is not None and not (retime and stale(rec, quiet)):
+        if rec is not None and not (retime and stale(rec, quiet, now)):
             out[key] = rec
         else:
             todo.append(j)

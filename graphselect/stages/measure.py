@@ -34,12 +34,14 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     quiet = ref.cold_ms if ref is not None else None
     found = [m for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None]
     found_keys = {(m.workload, m.candidate) for m in found}
-    retimed = sum(1 for m in found if stale(m, quiet))
-    reused = len(found) - retimed
     probe = None
-    if reused < len(keys) and not s.remote:
+    if not s.remote and (len(found) < len(keys) or any(stale(m, quiet) for m in found)):
+        # the machine's state now decides which drifted records are worth timing again
         s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
         probe = load_probe(s, store)
+    now = probe.own_ms if probe is not None else None
+    retimed = sum(1 for m in found if stale(m, quiet, now))
+    reused = len(found) - retimed
     clock: dict = {}
     lay = _layouts(plan)
     first_of = {} if s.time_all else twins.split(j.workload for j in plan.jobs)

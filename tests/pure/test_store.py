@@ -127,6 +127,14 @@ def test_records_taken_under_load_are_stale():
     assert not stale(Measurement("w", "c", 1.0, 3.0, load=0.1, flag=f"{WARM_FLAG}: warm 3 ms, cold 1 ms{AGAIN}"),
                      quiet)
     assert not stale(Measurement("w", "c", 1.0, 1.0, load=5.0), None)     # nothing to compare with yet
+    # drifted against the quiet time, but the machine is no faster now than when it was taken:
+    # timed again it would come out no better; now quiet again, it is re-timed
+    slow = Measurement("w", "c", 1.0, 1.0, load=0.12)
+    assert not stale(slow, quiet, now_ms=0.12 / STALE_TOLERANCE * 1.01)
+    assert stale(slow, quiet, now_ms=0.12 / STALE_TOLERANCE * 0.99)
+    assert stale(slow, quiet, now_ms=float("inf")) is stale(slow, quiet)    # no reading yet: the quiet time
+    # a flag is re-timed whatever the state
+    assert stale(Measurement("w", "c", 1.0, 1.0, load=0.1, flag=f"{LOAD_FLAG} (x)"), quiet, now_ms=1.0)
 
 
 def test_a_warm_flag_the_re_time_repeats_is_confirmed():
