@@ -14,7 +14,7 @@ from ..codegen.emit import emit_agnostic, emit_block, emit_conv, transform
 
 log = logging.getLogger(__name__)
 
-# layer graph -> {(layer, candidate, target): (PrimFunc, packed constants)}: the networks of one
+# layer graph -> {(layer, candidate, target, name): (PrimFunc, packed constants)}: the networks of one
 # run share most kernels, and scheduling a kernel and packing its weights took 1.2 of the 1.7 s a
 # ResNet-18 rewrite took; kept while the graph lives
 _EMITTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

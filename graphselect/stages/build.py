@@ -55,8 +55,8 @@ def build_all(imported: Imported, measured: Measured, wants, s: Settings, progre
     other on a 2-vCPU Zen 5 VM (sending each to the threads as soon as it was lowered, while the
     next was rewritten, gained nothing on 2 cores: 10.6 s against 10.4 s for four on Zen 4).
     ``progress(done, total, what)`` is called here, in the calling thread, as each finishes
-    ("compiled LABEL"), and once for those loaded from the build cache. The first build that fails raises :class:`BuildError` once
-    the others have finished."""
+    ("compiled LABEL"), and once for those loaded from the build cache. The first build that
+    fails raises :class:`BuildError` once the others have finished."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
     ready: dict[int, Built] = {}
     todo = []
@@ -172,8 +172,6 @@ def _compile_linked(b: Built, cached: Path, s: Settings, mod, objects, options) 
         if tmp.exists():
             tmp.unlink()
     return replace(b, executable=lib, library=cached, origin="linked", linked=len(options))
-
-
 
 
 def _partial(cached: Path) -> Path:

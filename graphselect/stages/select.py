@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 
 MAX_ALTERNATIVES = 2     # other residency levels' best assignments built in round 0
 # ... on a machine whose store holds networks timed in place (the objective is calibrated), only
-# those predicted within this of the solver's pick: the largest round-0 error recorded on a model
-# new to a calibrated machine is 14% (bench/results/tuning-time-20261206.md), and an error in the
-# gap between two networks of one model is smaller still
+# those predicted within this of the solver's pick: round 0's errors on a model new to a
+# calibrated machine have reached 14-15% (bench/results/tuning-time-20261206.md and -20261207.md),
+# so a level predicted further off would need an error beyond any seen to win
 ALT_MARGIN = 0.15
 # A new assignment is built only when predicted faster than the best measured one by more than
 # this, and round 0 takes an assignment an earlier run of this model timed in place when it is
