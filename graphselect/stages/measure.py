@@ -77,8 +77,13 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     where = runner(s, probe)
     pruned = []
     with Builder(s.target, s.workers, cc=s.cc, files=where.files, keep=kernel_dir(s)) as builder:
+        def accounted():
+            """Distinct jobs timed, reused or pruned so far (two layers of one workload make one job,
+            and a later twin's pruning can list it once per layer)."""
+            return len(set(meas) | {(p.workload, p.candidate) for p in pruned})
+
         def timed(jobs):
-            shown = len(meas) + len(pruned) if meas else 0
+            shown = accounted() if meas else 0
             return run(jobs, target=s.target, ctx=s.ctx, store=store, timing=s.timing, workers=s.workers,
                        runner=where, cc=s.cc, clock=clock, kernels=kernel_dir(s), builder=builder, known=meas,
                        progress=lambda d, n, m: s.progress("measure", shown + d, len(keys), m))
@@ -99,7 +104,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                 keep, gone = scouts.prune([j.candidate for j in pending[w]], mine, lambda c, w=w: lay(w, c), model)
                 pruned += scouts.to_pruned(w, gone)
                 if gone:
-                    s.progress("measure", len(meas) + len(pruned), len(keys),
+                    s.progress("measure", accounted(), len(keys),
                                f"{len(gone)} candidates of {w.split(' epi=')[0]} pruned (predicted over "
                                f"{scouts.MARGIN:.0%} slower than its fastest)")
                 keep = set(keep)
@@ -128,7 +133,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                                         lay, margin=twins.MARGIN)
             keep = set(keep) | stored
             if by_twin:
-                s.progress("measure", len(meas) + len(pruned), len(keys), f"{len(by_twin)} candidates of twin convs "
+                s.progress("measure", accounted(), len(keys), f"{len(by_twin)} candidates of twin convs "
                            f"pruned (their twins ran them over {twins.MARGIN:.0%} slower than the fastest)")
             pruned += as_first + by_twin
             meas.update(timed([j for j in later if j.key in keep]))
