@@ -21,12 +21,13 @@ def compile_module(mod, target):
     """``tvm.compile`` of a lowered (scheduled) module."""
     import tvm
     from tvm import relax as rx
+    from .pipeline import tir_pipeline
     passes = tvm.transform.Sequential([
         rx.transform.RewriteDataflowReshape(), rx.transform.ToNonDataflow(), rx.transform.RemovePurityChecking(),
         rx.transform.CallTIRRewrite(), rx.transform.StaticPlanBlockMemory(), rx.transform.LowerAllocTensor(),
         rx.transform.KillAfterLastUse(), rx.transform.LowerRuntimeBuiltin(), rx.transform.ComputePrimValue(),
         rx.transform.VMShapeLower(), rx.transform.AttachGlobalSymbol()])
-    return tvm.compile(mod, target=target, relax_pipeline=passes)
+    return tvm.compile(mod, target=target, relax_pipeline=passes, tir_pipeline=tir_pipeline())
 
 
 def build(mod, target):

@@ -20,8 +20,9 @@ def compile_func(func, target, symbol: str = "main"):
     """One PrimFunc as a runtime module, in this process, under ``symbol`` (callable as ``main``
     whatever the symbol: TVM's entry alias of a one-function module)."""
     import tvm
+    from ..codegen.pipeline import tir_pipeline
     func = func.with_attr("global_symbol", symbol)
-    return tvm.compile(tvm.IRModule({"main": func}), target=target).mod
+    return tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=tir_pipeline()).mod
 
 
 def export(mod, path: str, cc: str | None = None) -> str:

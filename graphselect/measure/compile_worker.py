@@ -14,6 +14,7 @@ MARK = "@@graphselect "       # answer lines start with it: anything else on std
 
 def main() -> int:
     import tvm
+    from ..codegen.pipeline import tir_pipeline
     from .builder import export_kept
     from .jobs import last_line
     for line in sys.stdin:
@@ -23,7 +24,8 @@ def main() -> int:
         try:
             with open(req["func"]) as f:
                 func = tvm.ir.load_json(f.read()).with_attr("global_symbol", req.get("symbol", "main"))
-            ex = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(req["target"]))
+            ex = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(req["target"]),
+                             tir_pipeline=tir_pipeline())
             # the object kept for network builds to link (measure.kernels), the library linked from it
             export_kept(ex, req["out"], req.get("obj"), req.get("cc"))
             answer = {"ok": req["out"]}
