@@ -33,10 +33,10 @@ def run_candidate(cand, spec, x, w, b, r, target):
     import tvm
     from graphselect import candidates
     from graphselect.graph import layouts
+    from graphselect.measure.builder import compile_executable
     fam = candidates.family(cand)
-    from graphselect.codegen.pipeline import tir_pipeline
     f = fam.build(cand, spec, target, "main")
-    ex = tvm.compile(tvm.IRModule({"main": f}), target=target, tir_pipeline=tir_pipeline())
+    ex = compile_executable(f, target)
     dev = tvm.cpu()
     args = [layouts.pack(x, cand.in_layout)] + fam.pack(cand, spec, w, b)
     if r is not None:

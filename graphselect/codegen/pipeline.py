@@ -10,8 +10,11 @@ vector broadcast that TIR's simplifier does not fold, so every pass after it (an
 folds it) carries all the alternatives: an F(6x6) kernel spent 2.1 s of its 2.7 s compile in TIR
 simplification (Zen 4). Unrolled first, the condition is a scalar constant and the simplifier
 keeps only the chosen combination. The machine code is the same (outputs bit-identical, times
-within noise of the default pipeline's, ``bench/results/tuning-time-20261207b.md``); F(6x6)
-compiles 2.5x faster, F(4x4) 2x.
+within noise of the default pipeline's: ``bench/pipeline_ab.py``,
+``bench/results/pipeline-ab-20261207.md``); F(6x6) compiles about 2.4x faster, F(4x4) 2x.
+The pass list is a copy of TVM 0.27's (TVM builds it inside a closure, with no hook between
+``LoopPartition`` and ``VectorizeLoop``); ``tests/tvm/test_pipeline.py`` checks that a
+non-Winograd kernel lowers structurally equal under both, so a TVM whose default drifts fails it.
 """
 from __future__ import annotations
 

@@ -16,13 +16,19 @@ from concurrent.futures import TimeoutError as FutureTimeout
 COMPILE_TIMEOUT_S = 300.0  # one kernel's compile; beyond it the compiler is taken as hung
 
 
-def compile_func(func, target, symbol: str = "main"):
-    """One PrimFunc as a runtime module, in this process, under ``symbol`` (callable as ``main``
+def compile_executable(func, target, symbol: str = "main"):
+    """One PrimFunc compiled in this process under ``symbol`` with graphselect's TIR pipeline
+    (``codegen.pipeline``): TVM's Executable, its runtime module ``.mod`` (callable as ``main``
     whatever the symbol: TVM's entry alias of a one-function module)."""
     import tvm
     from ..codegen.pipeline import tir_pipeline
     func = func.with_attr("global_symbol", symbol)
-    return tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=tir_pipeline()).mod
+    return tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=tir_pipeline())
+
+
+def compile_func(func, target, symbol: str = "main"):
+    """One PrimFunc as a runtime module, in this process, under ``symbol``."""
+    return compile_executable(func, target, symbol).mod
 
 
 def export(mod, path: str, cc: str | None = None) -> str:

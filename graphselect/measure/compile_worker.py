@@ -14,8 +14,7 @@ MARK = "@@graphselect "       # answer lines start with it: anything else on std
 
 def main() -> int:
     import tvm
-    from ..codegen.pipeline import tir_pipeline
-    from .builder import export_kept
+    from .builder import compile_executable, export_kept
     from .jobs import last_line
     for line in sys.stdin:
         if not line.strip():
@@ -23,9 +22,8 @@ def main() -> int:
         req = json.loads(line)
         try:
             with open(req["func"]) as f:
-                func = tvm.ir.load_json(f.read()).with_attr("global_symbol", req.get("symbol", "main"))
-            ex = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target(req["target"]),
-                             tir_pipeline=tir_pipeline())
+                func = tvm.ir.load_json(f.read())
+            ex = compile_executable(func, tvm.target.Target(req["target"]), req.get("symbol", "main"))
             # the object kept for network builds to link (measure.kernels), the library linked from it
             export_kept(ex, req["out"], req.get("obj"), req.get("cc"))
             answer = {"ok": req["out"]}
