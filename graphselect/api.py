@@ -178,7 +178,9 @@ def optimize(model, *, target: str | dict = "llvm", threads: int | None = None,
         those predicted within 25% of its fastest (``measure.scouts``), and a conv whose twin (the
         same conv with another epilogue) was timed those its twin ran within 15% of its fastest
         (``measure.twins``); either way each layout pair keeps one. The report lists the others
-        under ``records.pruned`` with the reason.
+        under ``records.pruned`` with the reason. Layout ops and transforms between two timed
+        channel counts of their size group are priced from those (``measure.sizes``), listed
+        under ``records.predicted``; ``time_all`` times them too.
     rpc_tracker, rpc_key : str, optional
         ``"HOST:PORT"`` of a TVM RPC tracker and the key its device servers registered under:
         every kernel is measured on those devices (``rpc_sessions`` of them at once), and the

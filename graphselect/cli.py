@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--no-verify", action="store_true", help="skip the comparison with onnxruntime")
     o.add_argument("--time-all", action="store_true",
                    help="time every candidate (default: only those that can still win, as predicted from "
-                        "one timed member of each variant or from the conv's twin with another epilogue)")
+                        "one timed member of each variant or from the conv's twin with another epilogue; layout "
+                        "ops and transforms between timed channel counts priced from those)")
     o.set_defaults(func=cmd_optimize)
     r = sub.add_parser("records", help="list, re-time or drop measurement records")
     rs = r.add_subparsers(dest="records_cmd", required=True)

@@ -144,14 +144,14 @@ class RecordStore:
         """Rows as dicts (newest first), of one context or all, optionally only those whose
         workload or candidate contains ``match``, or only flagged ones."""
         q = f"SELECT workload, candidate, version, target, cpu, threads, tvm, cold_ms, warm_ms, error, load, flag, " \
-            f"created FROM {TABLE}"
+            f"created, incold_ms FROM {TABLE}"
         cond, args = self._where(ctx, match)
         if flagged:
             cond.append("flag IS NOT NULL")
         if cond:
             q += " WHERE " + " AND ".join(cond)
         cols = ("workload", "candidate", "version", "target", "cpu", "threads", "tvm", "cold_ms", "warm_ms", "error",
-                "load", "flag", "created")
+                "load", "flag", "created", "incold_ms")
         return [dict(zip(cols, r)) for r in self._db.execute(q + " ORDER BY created DESC", args)]
 
     def delete(self, ctx: Context | None = None, *, match: str | None = None, flagged: bool = False,

@@ -216,9 +216,10 @@ def greedy_text(r: dict) -> str:
 def records_text(r: dict) -> str:
     rec = r.get("records") or {}
     jobs, reused = rec.get("jobs"), rec.get("reused")
-    pruned = len(rec.get("pruned") or ())
-    measured = jobs - reused - pruned if is_num(jobs) and is_num(reused) else None
+    pruned, priced = len(rec.get("pruned") or ()), len(rec.get("predicted") or ())
+    measured = jobs - reused - pruned - priced if is_num(jobs) and is_num(reused) else None
     return (f"{fmt(reused)} reused, {fmt(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "")
+            + (f", {priced} priced from their timed sizes" if priced else "")
             + f" (store: {fmt(rec.get('store'))})")
 
 

@@ -112,9 +112,10 @@ def _stages(report: dict) -> str:
 def _records(report: dict) -> str:
     rec = report.get("records") or {}
     jobs, reused = rec.get("jobs"), rec.get("reused")
-    pruned = len(rec.get("pruned") or ())
-    measured = jobs - reused - pruned if _num(jobs) and _num(reused) else None
-    return f"{_s(reused)} reused, {_s(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "")
+    pruned, priced = len(rec.get("pruned") or ()), len(rec.get("predicted") or ())
+    measured = jobs - reused - pruned - priced if _num(jobs) and _num(reused) else None
+    return f"{_s(reused)} reused, {_s(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "") \
+        + (f", {priced} priced from their timed sizes" if priced else "")
 
 
 def _e2e(report: dict) -> list[tuple[str, str]]:

@@ -18,7 +18,9 @@ class Measured:
     flagged: tuple[tuple[str, str, str], ...]   # (workload, candidate, why) of records not trusted
     seconds: dict = field(default_factory=dict)  # waiting for the builder (build_s) and in the runner (run_s)
     pruned: tuple[tuple[str, str, str], ...] = ()   # (workload, candidate, why) not timed (measure.scouts, .twins)
-    new: int = 0                       # jobs with no record, timed by this run (jobs = reused + retimed + new + pruned)
+    new: int = 0                       # jobs with no record, timed by this run
+    predicted: tuple[tuple[str, str, str], ...] = ()  # (workload, candidate, why) priced from timed sizes (measure.sizes)
+    # jobs = reused + retimed + new + pruned + predicted
 
 
 def measure(imported: Imported, s: Settings, store) -> Measured:
@@ -34,8 +36,11 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     quiet = ref.cold_ms if ref is not None else None
     found = [m for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None]
     found_keys = {(m.workload, m.candidate) for m in found}
+    # layout ops and transforms that timed neighbours in channel count will price (measure.sizes)
+    size_points = {} if s.time_all else _size_points(store, s.ctx, {j.version for j in plan.jobs})
+    later_sized = {} if s.time_all else _to_predict(plan.jobs, found_keys, size_points)
     probe = None
-    if not s.remote and (len(found) < len(keys) or any(stale(m, quiet) for m in found)):
+    if not s.remote and (len(found) + len(later_sized) < len(keys) or any(stale(m, quiet) for m in found)):
         # the machine's state now decides which drifted records are worth timing again
         s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
         probe = load_probe(s, store)
@@ -66,7 +71,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     model = scouts.ParamModel.fit((w, c, *t) for (w, c), t in history.items())
     first, pending = [], {}
     for j in rest:
-        if j.workload not in scouted:
+        if j.workload not in scouted and j.key not in later_sized:
             first.append(j)
     for w, js in scouted.items():
         known = {c: (m.cold_ms, m.warm_ms) for m in found if m.workload == w and (c := m.candidate) in js}
@@ -89,6 +94,14 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                        progress=lambda d, n, m: s.progress("measure", shown + d, len(keys), m))
         meas: dict = {}
         meas.update(timed(first))
+        # the sizes between timed ones: priced from them; one whose neighbours failed is timed
+        predicted, _why, unpriced = _predict_sizes(later_sized, size_points, meas)
+        if predicted:
+            s.progress("measure", accounted(), len(keys), f"{len(predicted)} layout ops and transforms priced "
+                       f"from their timed neighbours in channel count")
+        meas.update(predicted)
+        if unpriced:
+            meas.update(timed([keys[k] for k in unpriced]))
         # the rest of each scouted workload, those with most candidates left first, a few
         # workloads to a batch (enough jobs to keep every compiler process busy): what a batch
         # times teaches the parameter model that ranks the next
@@ -139,7 +152,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
             meas.update(timed([j for j in later if j.key in keep]))
     pruned = _unique(pruned)
     gone = {(p.workload, p.candidate) for p in pruned}
-    new = sum(1 for k in meas if k in keys and k not in found_keys and k not in gone)
+    new = sum(1 for k in meas if k in keys and k not in found_keys and k not in gone and k not in predicted)
     for p in pruned:
         meas[(p.workload, p.candidate)] = Measurement(p.workload, p.candidate, math.inf, math.inf,
                                                       f"pruned: {p.why}", version=keys[(p.workload, p.candidate)].version)
@@ -149,7 +162,68 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
                     {k: round(v, 2) for k, v in clock.items()},
-                    tuple((p.workload, p.candidate, p.why) for p in pruned), new)
+                    tuple((p.workload, p.candidate, p.why) for p in pruned), new,
+                    tuple((w, c, why) for (w, c), why in sorted(_why.items())))
+
+
+def _size_points(store, ctx, versions) -> dict:
+    """(size group, candidate, version) -> {channel count: (cold, warm, in-cold ms)}: the store's
+    finite, unflagged records of layout ops and transforms made by the code versions in use (any
+    model's), the newest of each (``measure.sizes``)."""
+    from ..measure import sizes
+    out: dict = {}
+    for r in store.records(ctx, match=None):
+        if r["version"] not in versions or r["flag"] or r["error"]:
+            continue
+        sk = sizes.size_key(r["workload"])
+        if sk is None:
+            continue
+        cold, warm = r["cold_ms"], r["warm_ms"]
+        incold = r["incold_ms"] if r["incold_ms"] is not None else cold
+        if sizes.finite(cold, warm, incold):
+            out.setdefault((sk[0], r["candidate"], r["version"]), {}).setdefault(sk[1], (cold, warm, incold))
+    return out
+
+
+def _to_predict(jobs, found_keys, points) -> dict:
+    """(workload, candidate) -> (size group, channel count) of the jobs with no record that
+    ``measure.sizes`` prices from timed neighbours instead of timing them (``points``: as
+    :func:`_size_points` gives)."""
+    from ..measure import sizes
+    groups: dict = {}
+    for j in jobs:
+        sk = sizes.size_key(j.workload) if j.key not in found_keys else None
+        if sk is not None:
+            groups.setdefault((sk[0], j.candidate, j.version), {}).setdefault(sk[1], set()).add(j.key)
+    out = {}
+    for g, members in groups.items():
+        timed = sizes.to_time(members, points.get(g, {}))
+        for c, ks in members.items():
+            if c not in timed:
+                out.update({k: (g, c) for k in ks})
+    return out
+
+
+def _predict_sizes(later: dict, points: dict, meas: dict):
+    """The Measurements of the ``later`` jobs (as :func:`_to_predict` gives) interpolated from the
+    records ``points`` and this run's ``meas``; why each; and the jobs no two timed neighbours
+    bracket (a neighbour failed), to be timed."""
+    from ..measure import sizes
+    from ..measure.store import Measurement
+    pts = {g: dict(p) for g, p in points.items()}
+    for (w, c), m in meas.items():
+        sk = sizes.size_key(w)
+        if sk is not None and m.ok and sizes.finite(m.cold_ms, m.warm_ms, m.incold):
+            pts.setdefault((sk[0], c, m.version), {})[sk[1]] = (m.cold_ms, m.warm_ms, m.incold)
+    out, why, unpriced = {}, {}, []
+    for k, (g, ch) in later.items():
+        p = sizes.predict(ch, pts.get(g, {}))
+        if p is None:
+            unpriced.append(k)
+            continue
+        out[k] = Measurement(k[0], k[1], p.cold_ms, p.warm_ms, version=g[2], incold_ms=p.incold_ms)
+        why[k] = p.why
+    return out, why, unpriced
 
 
 def _unique(pruned):
