@@ -214,13 +214,9 @@ def greedy_text(r: dict) -> str:
 
 
 def records_text(r: dict) -> str:
+    from .terminal import records_summary
     rec = r.get("records") or {}
-    jobs, reused = rec.get("jobs"), rec.get("reused")
-    pruned, priced = len(rec.get("pruned") or ()), len(rec.get("predicted") or ())
-    measured = jobs - reused - pruned - priced if is_num(jobs) and is_num(reused) else None
-    return (f"{fmt(reused)} reused, {fmt(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "")
-            + (f", {priced} priced from their timed sizes" if priced else "")
-            + f" (store: {fmt(rec.get('store'))})")
+    return records_summary(rec, fmt) + f" (store: {fmt(rec.get('store'))})"
 
 
 def pct(v) -> str:

@@ -109,13 +109,19 @@ def _stages(report: dict) -> str:
     return ", ".join(f"{k} {v:.2f} s" if _num(v) else f"{k} {MISSING}" for k, v in st.items()) or MISSING
 
 
-def _records(report: dict) -> str:
-    rec = report.get("records") or {}
+def records_summary(rec: dict, show=None) -> str:
+    """A report's ``records`` as one line: reused, measured, pruned and priced jobs, each value
+    through ``show`` (the terminal's by default; the HTML report passes its own)."""
+    show = show or _s
     jobs, reused = rec.get("jobs"), rec.get("reused")
     pruned, priced = len(rec.get("pruned") or ()), len(rec.get("predicted") or ())
     measured = jobs - reused - pruned - priced if _num(jobs) and _num(reused) else None
-    return f"{_s(reused)} reused, {_s(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "") \
+    return f"{show(reused)} reused, {show(measured)} measured" + (f", {pruned} pruned (could not win)" if pruned else "") \
         + (f", {priced} priced from their timed sizes" if priced else "")
+
+
+def _records(report: dict) -> str:
+    return records_summary(report.get("records") or {})
 
 
 def _e2e(report: dict) -> list[tuple[str, str]]:

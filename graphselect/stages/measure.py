@@ -95,7 +95,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
         meas: dict = {}
         meas.update(timed(first))
         # the sizes between timed ones: priced from them; one whose neighbours failed is timed
-        predicted, _why, unpriced = _predict_sizes(later_sized, size_points, meas)
+        predicted, priced_why, unpriced = _predict_sizes(later_sized, size_points, meas)
         if predicted:
             s.progress("measure", accounted(), len(keys), f"{len(predicted)} layout ops and transforms priced "
                        f"from their timed neighbours in channel count")
@@ -163,7 +163,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
                     {k: round(v, 2) for k, v in clock.items()},
                     tuple((p.workload, p.candidate, p.why) for p in pruned), new,
-                    tuple((w, c, why) for (w, c), why in sorted(_why.items())))
+                    tuple((w, c, why) for (w, c), why in sorted(priced_why.items())))
 
 
 def _size_points(store, ctx, versions) -> dict:
