@@ -188,16 +188,24 @@ def _size_points(store, ctx, versions) -> dict:
 def _to_predict(jobs, found_keys, points) -> dict:
     """(workload, candidate) -> (size group, channel count) of the jobs with no record that
     ``measure.sizes`` prices from timed neighbours instead of timing them (``points``: as
-    :func:`_size_points` gives)."""
+    :func:`_size_points` gives). A job with a record (``found_keys``) counts as timed even when
+    ``points`` leaves it out for its flag: it is re-timed in the pass before the pricing, so an
+    unchanged rerun prices what the run before it did."""
     from ..measure import sizes
     groups: dict = {}
+    recorded: dict = {}
     for j in jobs:
-        sk = sizes.size_key(j.workload) if j.key not in found_keys else None
-        if sk is not None:
-            groups.setdefault((sk[0], j.candidate, j.version), {}).setdefault(sk[1], set()).add(j.key)
+        sk = sizes.size_key(j.workload)
+        if sk is None:
+            continue
+        g = (sk[0], j.candidate, j.version)
+        if j.key in found_keys:
+            recorded.setdefault(g, set()).add(sk[1])
+        else:
+            groups.setdefault(g, {}).setdefault(sk[1], set()).add(j.key)
     out = {}
     for g, members in groups.items():
-        timed = sizes.to_time(members, points.get(g, {}))
+        timed = sizes.to_time(members, set(points.get(g, {})) | recorded.get(g, set()))
         for c, ks in members.items():
             if c not in timed:
                 out.update({k: (g, c) for k in ks})

@@ -60,3 +60,23 @@ def test_predict_never_extrapolates_or_spans_a_wide_gap():
     assert sizes.predict(256, pts) is None                 # 512 > 2 x 128
     assert sizes.predict(64, pts).cold_ms == 1.0
     assert sizes.predict(96, pts).cold_ms == pytest.approx(1.5)
+
+
+def test_a_recorded_size_counts_as_timed_even_when_its_flag_keeps_it_out_of_the_points():
+    """The measure stage re-times a flagged record before pricing, so what it prices must not
+    change with the flag: a rerun prices what the run before it did."""
+    from graphselect.measure.jobs import Job
+    from graphselect.stages.measure import _to_predict
+    wl = lambda c: f"layout_transform (1, {c}, 7, 7)"      # noqa: E731
+    jobs = [Job(wl(c), "NCHW->NCHW8c", lambda: [], version="v") for c in (64, 96, 128)]
+    g = sizes.size_key(wl(64))[0], "NCHW->NCHW8c", "v"
+    every = {g: {64: (1.0, 1.0, 1.0), 128: (2.0, 2.0, 2.0)}}
+    recorded = {(wl(64), "NCHW->NCHW8c"), (wl(128), "NCHW->NCHW8c")}
+    want = {(wl(96), "NCHW->NCHW8c"): (g, 96)}
+    assert _to_predict(jobs, recorded, every) == want
+    # 128's record is flagged: the store's points leave it out, and 96 is still priced, not timed
+    assert _to_predict(jobs, recorded, {g: {64: (1.0, 1.0, 1.0)}}) == want
+    # with no record of 128, the group's top is timed and 96 between 64 and 128 priced
+    assert _to_predict(jobs, {(wl(64), "NCHW->NCHW8c")}, {g: {64: (1.0, 1.0, 1.0)}}) == want
+    # on a fresh store 64 and 128 are timed (the ends), 96 priced
+    assert _to_predict(jobs, set(), {}) == want
