@@ -4,8 +4,9 @@ Stages: input transform V = B^T d B per tile (vectorized over the input channel 
 batched GEMM over the alpha^2 points (register tile: ``pt`` tiles x 32 output channels), and the
 output transform Y = A^T M A with the epilogue (bias, residual add, clamp) applied as it writes.
 The weights are transformed once, offline: U = G w G^T (alpha^2 / 9 times the direct weights).
-The tiny transforms are written as explicit sums of the matrices' non-zero entries, selected by
-the (unrolled) transform index, so builds take seconds (a generic matmul form took minutes).
+The tiny transforms are written as sums whose coefficients a Select on the (unrolled) transform
+index picks among constants (``_comb``), which fold to the explicit sums of the matrices' non-zero
+entries, so builds take about a second (a generic matmul form took minutes).
 
 Layouts: NCHW[ib]c in / NCHW[ob]c out like the ``nchwc`` family (neighbours need no transform),
 or plain NCHW in and out (channels gathered into blocks inside the kernel).
@@ -78,21 +79,6 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=None) -> list[
     return out
 
 
-def _lin(coefs, terms):
-    import tvm
-    e = None
-    for c, t in zip(coefs, terms):
-        c = float(np.float32(c))
-        if c == 0.0:
-            continue
-        term = t if c in (1.0, -1.0) else t * tvm.tirx.const(c, "float32")
-        if e is None:
-            e = -term if c == -1.0 else term
-        else:
-            e = e - term if c == -1.0 else e + term
-    return e if e is not None else tvm.tirx.const(0.0, "float32")
-
-
 def _id(v):
     return v
 
@@ -103,6 +89,26 @@ def _sel(idx, exprs):
     for k in range(len(exprs) - 2, -1, -1):
         r = tvm.tirx.Select(idx == k, exprs[k], r)
     return r
+
+
+def _comb(idx, M, terms):
+    """Element ``idx`` (a loop variable, unrolled before vectorizing: ``codegen.pipeline``) of
+    ``M^T terms``: sum over r of ``terms[r] * M[r, idx]``, each coefficient a Select on the index
+    among constants. Unrolled, the Select folds to a constant and TVM's constant folding drops the
+    zero terms and the multiplications by 1, leaving the explicit sum of the non-zero entries.
+    Until 2026-12 the Select chose among whole linear combinations, one per index value: the same
+    machine code (assembly identical, ``bench/winograd_comb_ab.py``), but every alternative's
+    loads were simplified before the Select folded, alpha times the work (F(6x6) compiled in
+    1.26 s against 0.95 s now, the plain-NCHW F(4x4) 2.26 s against 1.42 s, Zen 4)."""
+    import tvm
+    e = None
+    for r, t in enumerate(terms):
+        row = [float(np.float32(c)) for c in M[r]]
+        if not any(row):
+            continue
+        term = t * _sel(idx, [tvm.tirx.const(c, "float32") for c in row])
+        e = term if e is None else e + term
+    return e if e is not None else tvm.tirx.const(0.0, "float32")
 
 
 def compute(spec: ConvSpec, cand: Candidate, bf16: bool = False):
@@ -142,11 +148,11 @@ def compute(spec: ConvSpec, cand: Candidate, bf16: bool = False):
         p = po * pt + pi
         return pad[n, cb, (p // nW) * m + ra, (p % nW) * m + rb, c]
 
-    T1 = te.compute((N, alpha, Po, CB, pt, alpha, ib), lambda n, e, po, cb, pi, rb, c: _sel(
-        e, [_lin(B[:, k], [dval(n, po, cb, pi, ra, rb, c) for ra in range(alpha)]) for k in range(alpha)]),
+    T1 = te.compute((N, alpha, Po, CB, pt, alpha, ib), lambda n, e, po, cb, pi, rb, c: _comb(
+        e, B, [dval(n, po, cb, pi, ra, rb, c) for ra in range(alpha)]),
         name="T1")
     V = te.compute((N, alpha, alpha, Po, CB, pt, ib), lambda n, e, nu, po, cb, pi, c: (lowp.narrow if bf16 else _id)(
-        _sel(nu, [_lin(B[:, k], [T1[n, e, po, cb, pi, rb, c] for rb in range(alpha)]) for k in range(alpha)])),
+        _comb(nu, B, [T1[n, e, po, cb, pi, rb, c] for rb in range(alpha)])),
         name="V")
     rcb = te.reduce_axis((0, CB), "rcb")
     if bf16:
@@ -162,10 +168,10 @@ def compute(spec: ConvSpec, cand: Candidate, bf16: bool = False):
     def mval(n, kb, p, e, nu, c):
         return M[n, e, nu, kb, p // pt, p % pt, c]
 
-    T2 = te.compute((N, KB, P, m, alpha, ob), lambda n, kb, p, i, nu, c: _sel(
-        i, [_lin(A[:, k], [mval(n, kb, p, e, nu, c) for e in range(alpha)]) for k in range(m)]), name="T2")
-    Y = te.compute((N, KB, P, m, m, ob), lambda n, kb, p, i, j, c: _sel(
-        j, [_lin(A[:, k], [T2[n, kb, p, i, nu, c] for nu in range(alpha)]) for k in range(m)]), name="Y")
+    T2 = te.compute((N, KB, P, m, alpha, ob), lambda n, kb, p, i, nu, c: _comb(
+        i, A, [mval(n, kb, p, e, nu, c) for e in range(alpha)]), name="T2")
+    Y = te.compute((N, KB, P, m, m, ob), lambda n, kb, p, i, j, c: _comb(
+        j, A, [T2[n, kb, p, i, nu, c] for nu in range(alpha)]), name="Y")
     bias = te.placeholder((K,) if nchw else (KB, ob), name="bias") if spec.bias else None
     if nchw:
         conv = lambda n, k, h, w: Y[n, k // ob, (h // m) * nW + w // m, h % m, w % m, k % ob]  # noqa: E731

@@ -4,14 +4,15 @@ It is TVM 0.27's default CPU pipeline (``tvm.s_tir.pipeline.default_s_tir_pipeli
 pass, with one addition: a Winograd kernel (``graphselect.family`` winograd or winograd_bf16) has
 its unrolled loops unrolled and simplified *before* ``VectorizeLoop`` instead of after it.
 
-Why: a Winograd transform picks each unrolled element's linear combination with a Select on the
-unrolled index (``candidates.winograd._sel``). Vectorized first, the Select's condition becomes a
-vector broadcast that TIR's simplifier does not fold, so every pass after it (and LLVM, which then
-folds it) carries all the alternatives: an F(6x6) kernel spent 2.1 s of its 2.7 s compile in TIR
-simplification (Zen 4). Unrolled first, the condition is a scalar constant and the simplifier
-keeps only the chosen combination. The machine code is the same (outputs bit-identical, times
-within noise of the default pipeline's: ``bench/pipeline_ab.py``,
-``bench/results/pipeline-ab-20261207.md``); F(6x6) compiles about 2.4x faster, F(4x4) 2x.
+Why: a Winograd transform's coefficients are Selects on the unrolled index among constants
+(``candidates.winograd._comb``). Unrolled first, each folds to a scalar constant, and constant
+folding drops the zero terms and the multiplications by one. Vectorized first, it folds only to a
+broadcast constant that the simplifier multiplies by, zeros and ones included: an F(4x4) kernel
+lowers to 1.46x the TIR and about 10% more instructions (2026-12-07, Zen 4). Until then the
+Selects chose among whole linear combinations, and the default pipeline carried every alternative
+through every pass (an F(6x6) kernel spent 2.1 s of its 2.7 s compile in TIR simplification); with
+that form the machine code of both pipelines was the same (``bench/pipeline_ab.py``,
+``bench/results/pipeline-ab-20261207.md``) and this one compiled F(6x6) 2.4x faster.
 The pass list is a copy of TVM 0.27's (TVM builds it inside a closure, with no hook between
 ``LoopPartition`` and ``VectorizeLoop``); ``tests/tvm/test_pipeline.py`` checks that a
 non-Winograd kernel lowers structurally equal under both, so a TVM whose default drifts fails it.
