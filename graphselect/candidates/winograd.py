@@ -9,7 +9,8 @@ index picks among constants (``_comb``), which fold to the explicit sums of the 
 entries, so builds take about a second (a generic matmul form took minutes).
 
 Layouts: NCHW[ib]c in / NCHW[ob]c out like the ``nchwc`` family (neighbours need no transform),
-or plain NCHW in and out (channels gathered into blocks inside the kernel).
+or plain NCHW in and out (channels gathered into blocks inside the kernel: for F(2x2) as the
+input transform reads them; for F(4x4) into a padded NCHW[ib]c copy first, ``packs``).
 """
 from __future__ import annotations
 
@@ -49,6 +50,19 @@ def matrices(m: int):
     return out
 
 
+def packs(m: int) -> bool:
+    """Whether a plain-NCHW F(m x m) kernel copies its input into a padded NCHW[ib]c buffer (one
+    parallel pass, vectorized over the channel block) before the input transform, instead of
+    gathering each channel block as the transform reads it. F(4x4) does: its unrolled transform
+    gathers 64 strided vectors per tile, and it compiled in 1.3-2.9 s against 0.35-0.65 s packed
+    (Zen 4, ResNet-18's layers, ``bench/winograd_nchw_pack.py``). Packed, it ran 0.84-0.97x the
+    gathered time on the 28x28 to 7x7 layers in three runs, and on 56x56 0.75x in one run but
+    1.23x in two taken while the machine ran slow (its 0.86 MB copy competes for a cache a
+    neighbour is taking). F(2x2) gathers: it compiles in 0.4-0.8 s either way, and packing was no
+    faster in every run (0.85-1.20x). Plain-NCHW F(6x6) is not proposed."""
+    return m >= 4
+
+
 def _blocks(ch: int) -> list[int]:
     return [b for b in (16, 32) if ch % b == 0]
 
@@ -70,6 +84,9 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=None) -> list[
             ntile_blocks = -(-tiles // pt)
             # V (transformed input) and M (GEMM result) live between the stages
             work = 4 * alpha * alpha * ntile_blocks * pt * (spec.in_channels + spec.out_channels)
+            if lin == layouts.NCHW and packs(m):        # and the padded, blocked copy of the input
+                nw = -(-spec.out_w // m)
+                work += 4 * spec.in_channels * (-(-(ntile_blocks * pt) // nw) * m + 2) * (nw * m + 2)
             # the plain-NCHW variant's key must differ from the blocked one with the same blocks
             # (the key names the record: sharing it shared one timing between two kernels)
             extra = {"nchw": 1} if lin == layouts.NCHW else {}
@@ -199,7 +216,12 @@ def build(cand: Candidate, spec: ConvSpec, target, name: str = "conv", bf16: boo
     nchw = cand.in_layout == layouts.NCHW
     sch = Schedule(compute(spec, cand, bf16))
     # input transform: per (tile block, channel block), T1 then V, vectorized over channels
-    sch.compute_inline(sch.get_sblock("data_pad"))
+    if nchw and packs(m):
+        n, cb, h, w, c = sch.get_loops(sch.get_sblock("data_pad"))
+        sch.parallel(sch.fuse(n, cb, h))
+        sch.vectorize(c)
+    else:
+        sch.compute_inline(sch.get_sblock("data_pad"))
     V, T1 = sch.get_sblock("V"), sch.get_sblock("T1")
     n, e, nu, po, cb, pi, c = sch.get_loops(V)
     sch.reorder(n, po, cb, pi, e, nu, c)

@@ -163,6 +163,28 @@ def test_winograd_weight_bytes_grow_with_the_tile():
         assert c.weight_bytes == direct * (m + 2) ** 2 // 9
 
 
+def test_winograd_nchw_workspace_counts_the_packed_input():
+    # a plain-NCHW F(4x4) kernel copies its padded input into NCHW16c first (winograd.packs):
+    # its workspace is the blocked kernel's plus that copy; F(2x2) gathers and adds nothing
+    spec = ConvSpec(1, 32, 13, 11, 32, (3, 3), (1, 1), (1, 1, 1, 1))
+    cands = candidates.propose(spec, ["winograd"])
+    for m in (2, 4):
+        nchw = next(c for c in cands if c.param("m") == m and c.in_layout == "NCHW")
+        blocked = next(c for c in cands if c.param("m") == m and c.in_layout == "NCHW16c" and c.param("oc_bn") == 16)
+        f = winograd.build(nchw, spec, TARGET, "k")
+        copies = [b for b in _allocs(f) if b.name == "data_pad"]
+        extra = nchw.workspace_bytes - blocked.workspace_bytes
+        if winograd.packs(m):
+            assert len(copies) == 1 and extra == 4 * np.prod([int(d) for d in copies[0].shape]) > 0
+        else:
+            assert copies == [] and extra == 0
+
+
+def _allocs(func):
+    """The buffers the root block of a scheduled PrimFunc allocates."""
+    return list(func.body.block.alloc_buffers)
+
+
 def test_winograd_only_for_3x3_stride_1():
     assert candidates.propose(ConvSpec(1, 16, 8, 8, 16, (3, 3), (2, 2), (1, 1, 1, 1)), ["winograd"]) == []
     assert candidates.propose(ConvSpec(1, 16, 8, 8, 16, (1, 1), (1, 1), (0, 0, 0, 0)), ["winograd"]) == []
