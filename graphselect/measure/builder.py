@@ -139,6 +139,8 @@ class Builder:
         self._all: list[_Worker] = []
         self._dir = None
         self._n = 0
+        self._pool = None                # the threads that hand PrimFuncs to the compiler processes
+        self._target = None
 
     def __enter__(self):
         return self
@@ -147,6 +149,9 @@ class Builder:
         self.close()
 
     def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         for w in self._all:
             w.close()
         self._all = []
@@ -221,13 +226,24 @@ class Builder:
         except Exception as e:  # noqa: BLE001 - a failing compile is a value
             return e
 
+    def submit(self, funcs: list) -> list:
+        """Per PrimFunc (in order), a future of what :meth:`compile_all` gives for it: compiling
+        starts at once in a free compiler process, so a caller can make its next PrimFuncs meanwhile.
+        With one worker each is compiled here before this returns."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+        if self.workers <= 1:
+            out = []
+            for f in funcs:
+                fut = Future()
+                fut.set_result(self._here(f))
+                out.append(fut)
+            return out
+        self._start()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers)
+            self._target = _plain(self.target.export())
+        return [self._pool.submit(self._one, f, self._target, self._path()) for f in funcs]
+
     def compile_all(self, funcs: list) -> list:
         """Per PrimFunc (in order): a runtime module (a library file with ``files``) or the exception."""
-        if self.workers <= 1:
-            return [self._here(f) for f in funcs]
-        from concurrent.futures import ThreadPoolExecutor
-        self._start()
-        target = _plain(self.target.export())
-        bases = [self._path() for _ in funcs]
-        with ThreadPoolExecutor(self.workers) as pool:
-            return list(pool.map(lambda fb: self._one(fb[0], target, fb[1]), zip(funcs, bases)))
+        return [f.result() for f in self.submit(funcs)]

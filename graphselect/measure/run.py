@@ -73,26 +73,28 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
             progress(done, total, what)
 
     def build(builder, chunk):
-        """(artifacts, failures, build seconds) of one batch."""
+        """(artifacts, failures, build seconds) of one batch. Each job's PrimFuncs are made here,
+        the slowest to compile first (no long tail), and handed to the compiler processes at once,
+        so they compile while the next job's PrimFuncs and this one's check are made."""
         t0 = time.perf_counter()
-        funcs, made = [], []
-        for j in sorted(chunk, key=compile_rank):   # PrimFuncs here, the slowest to compile first, then
-            try:                                    # compiled together below (in parallel): no long tail
+        made = []
+        for j in sorted(chunk, key=compile_rank):
+            try:
                 fs = j.build()
+                futs = builder.submit(fs)
                 chk = j.check() if j.check is not None else None
-                made.append((j, fs, chk, None))
-                funcs.extend(fs)
+                made.append((j, fs, futs, chk, None))
             except Exception as e:  # noqa: BLE001
-                made.append((j, None, None, e))
-        compiled = builder.compile_all(funcs)
+                made.append((j, None, None, None, e))
+        done = [(j, fs, [f.result() for f in futs] if futs is not None else None, chk, err)
+                for j, fs, futs, chk, err in made]
         share = (time.perf_counter() - t0) / max(1, len(chunk))
-        arts, failed, k = [], [], 0
-        for j, fs, chk, err in made:
+        arts, failed = [], []
+        for j, fs, compiled, chk, err in done:
             if err is not None:
                 failed.append((j, _failed(j, err, share)))
                 continue
-            arts.append(Artifact(j, fs, compiled[k:k + len(fs)], share, chk))
-            k += len(fs)
+            arts.append(Artifact(j, fs, compiled, share, chk))
         return arts, failed, time.perf_counter() - t0
 
     own = builder is None
