@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Callable
 
 from .builder import Builder
@@ -72,11 +74,20 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
         if progress:
             progress(done, total, what)
 
+    # what this call built and timed, kept for the re-timing before it ends (below), which then
+    # times them again without making and compiling them again (a fresh ResNet-18 re-timed 22
+    # kernels that way: 7 s of compiling); their checks are not kept (their outputs were checked)
+    kept: OrderedDict = OrderedDict() if probe is not None and retime else None
+
     def build(builder, chunk):
         """(artifacts, failures, build seconds) of one batch. Each job's PrimFuncs are made here,
         the slowest to compile first (no long tail), and handed to the compiler processes at once,
-        so they compile while the next job's PrimFuncs and this one's check are made."""
+        so they compile while the next job's PrimFuncs and this one's check are made. A job in
+        ``kept`` is not built again."""
         t0 = time.perf_counter()
+        again = [kept.pop(j.key) for j in chunk if kept is not None and j.key in kept]
+        have = {a.job.key for a in again}
+        chunk = [j for j in chunk if j.key not in have]
         made = []
         for j in sorted(chunk, key=compile_rank):
             try:
@@ -95,7 +106,7 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
                 failed.append((j, _failed(j, err, share)))
                 continue
             arts.append(Artifact(j, fs, compiled, share, chk))
-        return arts, failed, time.perf_counter() - t0
+        return again + arts, failed, time.perf_counter() - t0
 
     own = builder is None
     if own:
@@ -103,7 +114,8 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
     try:
         with ThreadPoolExecutor(1) as ahead:
             _run(todo, builder, ahead, runner, timing, batch, build, finish, done_so_far=lambda: done, clock=clock,
-                 progress=progress, total=total, fastest=(lambda: _fastest(out, known)) if getattr(runner, "races", False) else None)
+                 progress=progress, total=total, fastest=(lambda: _fastest(out, known)) if getattr(runner, "races", False) else None,
+                 kept=kept)
             if probe is not None and retime:
                 # the quiet time may have fallen since a record was taken: what this run took that the
                 # run's final quiet time calls stale is taken again now, not left for the next run
@@ -123,9 +135,11 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
 
 
 def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_far, clock, progress, total,
-         fastest=None):
+         fastest=None, kept=None):
     """Build and time ``todo`` in batches, each result through ``finish``; ``fastest()``: workload ->
-    (cold, warm) of its fastest timed candidate so far, for a local runner's racing."""
+    (cold, warm) of its fastest timed candidate so far, for a local runner's racing; ``kept`` (an
+    OrderedDict): gets each timed job's artifact, without its check, up to :data:`KEEP` of them
+    (the oldest dropped first)."""
     chunks = [todo[i:i + batch] for i in range(0, len(todo), batch)]
     nxt = ahead.submit(build, builder, chunks[0]) if chunks else None
     for i in range(len(chunks)):
@@ -145,6 +159,10 @@ def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_
             j = a.job
             if isinstance(res, Measurement):
                 finish(j, res, f"timed {j.candidate}" + (f" ({res.flag})" if res.flag else ""), True)
+                if kept is not None:
+                    kept[j.key] = replace(a, check=None)
+                    while len(kept) > KEEP:
+                        kept.popitem(last=False)
             elif isinstance(res, NumericalError):
                 # deterministic for these weights: stored, so later runs do not rebuild it
                 log.info("candidate %s on %s rejected: %s", j.candidate, j.workload, res)
@@ -157,6 +175,9 @@ def _run(todo, builder, ahead, runner, timing, batch, build, finish, *, done_so_
             clock["run_s"] = clock.get("run_s", 0.0) + time.perf_counter() - t0
         if nxt is None and i + 1 < len(chunks):
             nxt = ahead.submit(build, builder, chunks[i + 1])
+
+
+KEEP = 512        # timed artifacts (loaded kernels) kept at most for a call's closing re-timing
 
 
 def compile_rank(job: Job) -> int:

@@ -102,11 +102,14 @@ def test_a_run_retimes_what_its_final_quiet_time_calls_stale(tmp_path):
                 yield a, Measurement(a.job.workload, a.job.candidate, 1.0, 1.0, version=a.job.version, load=load)
 
     store = RecordStore(tmp_path / "r.sqlite")
-    jobs = [Job("w", c, lambda: [], version="v") for c in ("early", "quiet")]
+    built = []
+    jobs = [Job("w", c, lambda c=c: built.append(c) or [], version="v") for c in ("early", "quiet")]
     runner = Runner()
     out = measure(jobs, target=tvm.target.Target("llvm"), ctx=CTX, store=store, runner=runner, workers=1)
     assert sorted(runner.calls) == ["early", "early", "quiet"]
     assert out[("w", "early")].load == 1.0 and store.get(CTX, "w", "early", "v").load == 1.0
+    # the re-timing reuses the kernel it built: each job is built once
+    assert sorted(built) == ["early", "quiet"]
     store.close()
 
 
