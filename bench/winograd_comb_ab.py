@@ -65,18 +65,14 @@ def compiled(cand, spec, target):
 
 def main():
     import tvm
-    import models
     from graphselect.candidates import winograd
     from graphselect.measure.jobs import arg_arrays
-    from graphselect.stages.load import load
-    from graphselect.stages.settings import settings
     from results_io import cpu_line
+    from winograd_workloads import bias_relu_winograd
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet18")
     a = ap.parse_args()
-    s = settings(cache=False)
-    lg = load(models.build(a.model), s).lg
-    specs = {l.conv.key: l.conv for l in lg.layers.values() if l.kind == "conv"}
+    s, workloads = bias_relu_winograd(a.model)
     dev = tvm.cpu()
     print(cpu_line())
     print("| workload | candidate | old s (make + compile + link) | new s | asm identical | outputs identical |")
@@ -84,9 +80,7 @@ def main():
     new_comb = winograd._comb
     tot = np.zeros((2, 3))
     same_asm = same_out = n = 0
-    for key, spec in specs.items():
-        if "epi=bias+relu" not in key or not winograd.applies(spec):
-            continue
+    for key, spec in workloads:
         for cand in winograd.propose(spec):
             got = []
             for i, form in enumerate((old_comb, new_comb)):

@@ -26,28 +26,22 @@ sys.path.insert(0, str(HERE))
 
 def main():
     import tvm
-    import models
     from graphselect.candidates import winograd
     from graphselect.codegen.pipeline import tir_pipeline
     from graphselect.measure.jobs import arg_arrays
-    from graphselect.stages.load import load
-    from graphselect.stages.settings import settings
     from results_io import cpu_line
+    from winograd_workloads import bias_relu_winograd
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--rounds", type=int, default=40)
     a = ap.parse_args()
-    s = settings(cache=False)
-    lg = load(models.build(a.model), s).lg
-    specs = {l.conv.key: l.conv for l in lg.layers.values() if l.kind == "conv"}
+    s, workloads = bias_relu_winograd(a.model)
     dev = tvm.cpu()
     packs = winograd.packs
     print(cpu_line())
     print("| workload | candidate | s gathered | s packed | ms gathered | ms packed | packed / gathered (median of round ratios) | outputs identical |")
     print("|---|---|---|---|---|---|---|---|")
-    for key, spec in specs.items():
-        if "epi=bias+relu" not in key or not winograd.applies(spec):
-            continue
+    for key, spec in workloads:
         for cand in [c for c in winograd.propose(spec) if c.in_layout == "NCHW"]:
             got = []
             for pack in (False, True):

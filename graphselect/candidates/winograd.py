@@ -63,6 +63,14 @@ def packs(m: int) -> bool:
     return m >= 4
 
 
+def padded_size(out_h: int, out_w: int, m: int, pt: int) -> tuple[int, int]:
+    """(height, width) of the padded input an F(m x m) kernel's tiles read, ``pt`` tiles to a
+    block: whole rows of zero tiles pad the last tile block."""
+    nw = -(-out_w // m)
+    blocks = -(-(-(-out_h // m) * nw) // pt)
+    return -(-(blocks * pt) // nw) * m + 2, nw * m + 2
+
+
 def _blocks(ch: int) -> list[int]:
     return [b for b in (16, 32) if ch % b == 0]
 
@@ -85,8 +93,8 @@ def propose(spec: ConvSpec, weight: np.ndarray | None = None, isa=None) -> list[
             # V (transformed input) and M (GEMM result) live between the stages
             work = 4 * alpha * alpha * ntile_blocks * pt * (spec.in_channels + spec.out_channels)
             if lin == layouts.NCHW and packs(m):        # and the padded, blocked copy of the input
-                nw = -(-spec.out_w // m)
-                work += 4 * spec.in_channels * (-(-(ntile_blocks * pt) // nw) * m + 2) * (nw * m + 2)
+                hp, wp = padded_size(spec.out_h, spec.out_w, m, pt)
+                work += 4 * spec.in_channels * hp * wp
             # the plain-NCHW variant's key must differ from the blocked one with the same blocks
             # (the key names the record: sharing it shared one timing between two kernels)
             extra = {"nchw": 1} if lin == layouts.NCHW else {}
@@ -144,8 +152,7 @@ def compute(spec: ConvSpec, cand: Candidate, bf16: bool = False):
     nH, nW = -(-OH // m), -(-OW // m)
     P = nH * nW
     Po = -(-P // pt)
-    nHp = -(-(Po * pt) // nW)               # whole rows of zero tiles pad the last tile block
-    Hp, Wp = nHp * m + 2, nW * m + 2
+    Hp, Wp = padded_size(OH, OW, m, pt)
     zero = tvm.tirx.const(0.0, "float32")
     if nchw:
         data = te.placeholder((N, C, H, W), name="data")

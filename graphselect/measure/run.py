@@ -97,11 +97,11 @@ def measure(jobs: list[Job], *, target, ctx: Context, store: RecordStore, timing
                 made.append((j, fs, futs, chk, None))
             except Exception as e:  # noqa: BLE001
                 made.append((j, None, None, None, e))
-        done = [(j, fs, [f.result() for f in futs] if futs is not None else None, chk, err)
-                for j, fs, futs, chk, err in made]
+        results = [(j, fs, [f.result() for f in futs] if futs is not None else None, chk, err)
+                   for j, fs, futs, chk, err in made]
         share = (time.perf_counter() - t0) / max(1, len(chunk))
         arts, failed = [], []
-        for j, fs, compiled, chk, err in done:
+        for j, fs, compiled, chk, err in results:
             if err is not None:
                 failed.append((j, _failed(j, err, share)))
                 continue

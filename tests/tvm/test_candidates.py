@@ -172,17 +172,12 @@ def test_winograd_nchw_workspace_counts_the_packed_input():
         nchw = next(c for c in cands if c.param("m") == m and c.in_layout == "NCHW")
         blocked = next(c for c in cands if c.param("m") == m and c.in_layout == "NCHW16c" and c.param("oc_bn") == 16)
         f = winograd.build(nchw, spec, TARGET, "k")
-        copies = [b for b in _allocs(f) if b.name == "data_pad"]
+        copies = [b for b in f.body.block.alloc_buffers if b.name == "data_pad"]
         extra = nchw.workspace_bytes - blocked.workspace_bytes
         if winograd.packs(m):
             assert len(copies) == 1 and extra == 4 * np.prod([int(d) for d in copies[0].shape]) > 0
         else:
             assert copies == [] and extra == 0
-
-
-def _allocs(func):
-    """The buffers the root block of a scheduled PrimFunc allocates."""
-    return list(func.body.block.alloc_buffers)
 
 
 def test_winograd_only_for_3x3_stride_1():
