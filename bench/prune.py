@@ -6,8 +6,9 @@ For each model, first ``optimize()`` (the default: a conv's variants scouted and
 candidates predicted to be able to win timed, ``graphselect.measure.scouts``; a conv whose twin,
 the same conv with another epilogue, was timed has only what its twin says can win timed,
 ``graphselect.measure.twins``) in a fresh record store, then ``optimize(time_all=True)`` (every
-candidate of every conv timed) in a copy of that store with its network records removed: the
-all-timed run reuses every kernel record the pruned run made and times only what it pruned, and
+candidate of every conv timed) in a copy of that store with its network records removed and its
+records' load readings cleared: the all-timed run reuses every kernel record the pruned run made as
+it is (none re-timed for a faster machine state, ``measure.local.stale``), times only what it pruned, and
 its closed loop starts, like the pruned run's, with no calibration. The two runs then differ only in
 what pruning took away, not in two timings of the same kernels (issue 24: "same store"); the
 all-timed run's stage times are those of timing the pruned rest. With ``--fresh``, each run has a
@@ -48,6 +49,7 @@ def main():
     ap.add_argument("models", nargs="+")
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--root", help="keep each model's two record stores under ROOT/MODEL (default: a temporary folder)")
     ap.add_argument("--fresh", action="store_true", help="a fresh store for each run (all timed first) instead "
                     "of the all-timed run extending the pruned run's kernel records")
     a = ap.parse_args()
@@ -56,11 +58,14 @@ def main():
         m = models.build(name)
         got = {}
         order = (("all timed", True), ("pruned", False)) if a.fresh else (("pruned", False), ("all timed", True))
-        with tempfile.TemporaryDirectory(prefix="graphselect-prune-") as top:
+        with tempfile.TemporaryDirectory(prefix="graphselect-prune-") as tmp:
+            top = Path(a.root) / name if a.root else Path(tmp)
+            shutil.rmtree(top, ignore_errors=True)
+            top.mkdir(parents=True)
             for mode, time_all in order:
-                d = Path(top) / mode.replace(" ", "-")
+                d = top / mode.replace(" ", "-")
                 if not a.fresh and time_all:
-                    _copy_kernels_only(Path(top) / "pruned", d)
+                    _copy_kernels_only(top / "pruned", d)
                 d.mkdir(exist_ok=True)
                 res = graphselect.optimize(m, cache=d / "records.sqlite", threads=a.threads, time_all=time_all,
                                            name=name)
@@ -71,7 +76,7 @@ def main():
                              "build_s": rec.get("build_s"), "run_s": rec.get("run_s"),
                              "assignment": dict(res.assignment),
                              "pruned_keys": {(p["workload"], p["candidate"]) for p in rec.get("pruned") or ()},
-                             "plan": res.extra["plan"]}
+                             "plan": res.extra["plan"], "measurements": res.extra["measurements"]}
                 print(f"{name} ({mode}): {got[mode]['stages']}, {got[mode]['pruned']} pruned, "
                       f"{got[mode]['new']} new, {got[mode]['reused']} reused", flush=True)
         x = np.random.default_rng(0).standard_normal(got["all timed"]["res"].input_shape).astype("float32")
@@ -88,7 +93,17 @@ def main():
         took = sorted(layer for layer, cand in got["all timed"]["assignment"].items()
                       if layer in plan.index and any(o.name == cand and o.kernel is not None and tuple(o.kernel) in gone
                                                      for o in plan.table(layer).options))
-        rows.append({"model": name, "twin_workloads": n_twins, "pruned_choices_of_all_timed": took,
+        # for each layer that differs: both choices' isolated cold ms as each run's records have them
+        # (what the choice was made from; None where a run did not time it)
+        def cold(mode, layer, cand):
+            for o in plan.table(layer).options if layer in plan.index else ():
+                if o.name == cand and o.kernel is not None:
+                    m = got[mode]["measurements"].get(tuple(o.kernel))
+                    return None if m is None or not np.isfinite(m.cold_ms) else round(float(m.cold_ms), 4)
+            return None
+        cold_ms = {layer: {mode: {which: cold(mode, layer, got[which]["assignment"][layer]) for which in got}
+                           for mode in got} for layer in differ}
+        rows.append({"model": name, "cold_ms_of_differing_layers": cold_ms, "twin_workloads": n_twins, "pruned_choices_of_all_timed": took,
                      "assignment_all": got["all timed"]["assignment"],
                      "assignment_pruned": got["pruned"]["assignment"],
                      "protocol": "fresh" if a.fresh else "shared",
@@ -120,12 +135,16 @@ def main():
 def _copy_kernels_only(src: Path, dst: Path):
     """``src``'s record store and kept kernels in ``dst``, without its built networks (``builds/``)
     or its network records: what the next run may reuse is every kernel timing, and nothing the
-    closed loop learnt."""
+    closed loop learnt. The records' load readings are cleared, so that none is re-timed."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("builds"))
     from graphselect.measure.store import INNET, NETWORKS
+    from graphselect.measure.store import TABLE
     with sqlite3.connect(dst / "records.sqlite") as db:
         for table in (NETWORKS, INNET):
             db.execute(f"DELETE FROM {table}")
+        # no record is re-timed for having been taken in a slower state than the one the all-timed
+        # run finds (``measure.local.stale``): both runs choose from the very same timings
+        db.execute(f"UPDATE {TABLE} SET load = 0 WHERE flag IS NULL OR flag = ''")
 
 
 if __name__ == "__main__":
