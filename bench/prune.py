@@ -17,8 +17,9 @@ The two returned networks are then timed against each other in one session of in
 (``graphselect.measure.e2e.compare``: short blocks, the order reversed every other round): the
 ratio is the median over rounds of pruned / unpruned block medians (above 1: the pruned run's choice
 is slower), beside the same ratio for the all-timed network against itself in a second VM (what
-two runs of one network differ by in that session), with the layers where the all-timed run chose a kernel the pruned run did not time (what
-pruning took away; both assignments are in the JSON). Results: printed, and saved under
+two runs of one network differ by in that session), with the layers where the all-timed run chose
+a kernel the pruned run did not time (what pruning took away; both assignments are in the JSON).
+Results: printed, and saved under
 bench/results/prune-STAMP.{md,json} with the CPU named.
 """
 from __future__ import annotations
@@ -60,8 +61,9 @@ def main():
         order = (("all timed", True), ("pruned", False)) if a.fresh else (("pruned", False), ("all timed", True))
         with tempfile.TemporaryDirectory(prefix="graphselect-prune-") as tmp:
             top = Path(a.root) / name if a.root else Path(tmp)
-            shutil.rmtree(top, ignore_errors=True)
-            top.mkdir(parents=True)
+            if a.root:
+                shutil.rmtree(top, ignore_errors=True)
+                top.mkdir(parents=True)
             for mode, time_all in order:
                 d = top / mode.replace(" ", "-")
                 if not a.fresh and time_all:
@@ -91,16 +93,13 @@ def main():
         # layers where the all-timed run chose a kernel the pruned run did not time: what pruning took away
         plan, gone = got["all timed"]["plan"], got["pruned"]["pruned_keys"]
         took = sorted(layer for layer, cand in got["all timed"]["assignment"].items()
-                      if layer in plan.index and any(o.name == cand and o.kernel is not None and tuple(o.kernel) in gone
-                                                     for o in plan.table(layer).options))
+                      if _kernel(plan, layer, cand) in gone)
+
         # for each layer that differs: both choices' isolated cold ms as each run's records have them
         # (what the choice was made from; None where a run did not time it)
         def cold(mode, layer, cand):
-            for o in plan.table(layer).options if layer in plan.index else ():
-                if o.name == cand and o.kernel is not None:
-                    m = got[mode]["measurements"].get(tuple(o.kernel))
-                    return None if m is None or not np.isfinite(m.cold_ms) else round(float(m.cold_ms), 4)
-            return None
+            m = got[mode]["measurements"].get(_kernel(plan, layer, cand))
+            return None if m is None or not np.isfinite(m.cold_ms) else round(float(m.cold_ms), 4)
         cold_ms = {layer: {mode: {which: cold(mode, layer, got[which]["assignment"][layer]) for which in got}
                            for mode in got} for layer in differ}
         rows.append({"model": name, "cold_ms_of_differing_layers": cold_ms, "twin_workloads": n_twins, "pruned_choices_of_all_timed": took,
@@ -132,16 +131,25 @@ def main():
     save("prune", "\n".join(lines) + "\n", rows)
 
 
+def _kernel(plan, layer: str, cand: str):
+    """The (workload, candidate) record key of ``layer``'s option ``cand`` in ``plan``, or None
+    (a layer the plan does not price, or an option with no kernel of its own)."""
+    for o in plan.table(layer).options if layer in plan.index else ():
+        if o.name == cand and o.kernel is not None:
+            return tuple(o.kernel)
+    return None
+
+
 def _copy_kernels_only(src: Path, dst: Path):
     """``src``'s record store and kept kernels in ``dst``, without its built networks (``builds/``)
     or its network records: what the next run may reuse is every kernel timing, and nothing the
     closed loop learnt. The records' load readings are cleared, so that none is re-timed."""
+    from graphselect.measure.store import TABLE, RecordStore
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("builds"))
-    from graphselect.measure.store import INNET, NETWORKS
-    from graphselect.measure.store import TABLE
+    store = RecordStore(dst / "records.sqlite")
+    store.forget_networks()
+    store.close()
     with sqlite3.connect(dst / "records.sqlite") as db:
-        for table in (NETWORKS, INNET):
-            db.execute(f"DELETE FROM {table}")
         # no record is re-timed for having been taken in a slower state than the one the all-timed
         # run finds (``measure.local.stale``): both runs choose from the very same timings
         db.execute(f"UPDATE {TABLE} SET load = 0 WHERE flag IS NULL OR flag = ''")
