@@ -200,7 +200,9 @@ def cmd_records(a) -> int:
                 raise GraphSelectError("say what to drop: --match TEXT, --flagged, --calibration or --everything")
             n = store.delete(ctx, match=a.match, flagged=a.flagged) if (a.match or a.flagged or a.everything) else 0
             k = store.forget_networks(ctx) if (a.calibration or a.everything) else 0
-            print(f"dropped {n} record(s) and {k} built network(s) from {path}")
+            d = store.forget_pruned(ctx) if a.everything else 0
+            print(f"dropped {n} record(s) and {k} built network(s)" + (f" and {d} workload(s)' pruning" if d else "")
+                  + f" from {path}")
             return 0
     finally:
         store.close()
@@ -320,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "drop":
             p.add_argument("--calibration", action="store_true",
                            help="drop the built-network observations the calibration is fitted on")
-            p.add_argument("--everything", action="store_true", help="drop every record and observation")
+            p.add_argument("--everything", action="store_true", help="drop every record and observation, and what was pruned")
         if name == "retime":
             p.add_argument("model", help="an .onnx file or a zoo model name")
             _device_options(p)

@@ -11,7 +11,9 @@ row per built network, its other kernels by kind and the thread pool's hand-off 
 its timing since 2026-12-03; ``innet_v2``: its conv
 kernels' in-network times), from which
 ``costmodels.calibration.fit`` calibrates this machine; they are keyed by the same context, so
-another CPU, thread count or TVM version starts uncalibrated.
+another CPU, thread count or TVM version starts uncalibrated. ``pruned_v1`` keeps, per workload,
+the candidates the last run pruned (``measure.scouts``, ``.twins``) and a digest of the records
+that decision was made from: a later run prunes them again while those records are unchanged.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from costmodels.calibration import KernelObservation, NetworkObservation
 TABLE = "records_v4"          # v4: in-cold times (2026-12)
 NETWORKS = "networks_v3"
 INNET = "innet_v2"
+PRUNED = "pruned_v1"        # what one run pruned of a workload, and the records it was decided from
 KEEP_NETWORKS = 60          # per context: the newest built networks the calibration reads
 
 
@@ -117,6 +120,9 @@ class RecordStore:
             f"CREATE TABLE IF NOT EXISTS {INNET} (network TEXT, workload TEXT, candidate TEXT, family TEXT, "
             "cold_ms REAL, warm_ms REAL, innet_ms REAL, incold_ms REAL)")
         self._db.execute(f"CREATE INDEX IF NOT EXISTS {INNET}_net ON {INNET} (network)")
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {PRUNED} (workload TEXT, {ctx_cols}, basis TEXT, pruned TEXT, "
+            "created REAL, PRIMARY KEY (workload, target, cpu, threads, tvm))")
         self._db.commit()
 
     # isolated kernel records ------------------------------------------------------------------
@@ -249,6 +255,39 @@ class RecordStore:
             self._db.executemany(f"DELETE FROM {INNET} WHERE network=?", [(i,) for i in ids])
             self._db.executemany(f"DELETE FROM {NETWORKS} WHERE network=?", [(i,) for i in ids])
             return len(ids)
+
+    # what a run pruned ----------------------------------------------------------------------------
+
+    def put_pruned(self, ctx: Context, decisions: dict[str, tuple[str, list[tuple[str, str, str]]]]) -> None:
+        """workload -> (basis, [(candidate, version, why), ...]): what a run pruned of each workload
+        and the digest (``basis``) of the records it was decided from; replaces what was kept."""
+        with self._db:
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO {PRUNED} VALUES (?,?,?,?,?,?,?,?)",
+                [(w, ctx.target, ctx.cpu, ctx.threads, ctx.tvm, basis, json.dumps([list(p) for p in gone]), time.time())
+                 for w, (basis, gone) in decisions.items()])
+
+    def pruned(self, ctx: Context) -> dict[str, tuple[str, list[tuple[str, str, str]]]]:
+        """The kept decisions of one context, as :meth:`put_pruned` takes them (a row that does not
+        read is left out)."""
+        out = {}
+        for w, basis, text in self._db.execute(
+                f"SELECT workload, basis, pruned FROM {PRUNED} WHERE target=? AND cpu=? AND threads=? AND tvm=?",
+                (ctx.target, ctx.cpu, ctx.threads, ctx.tvm)):
+            try:
+                gone = [tuple(str(v) for v in p) for p in json.loads(text)]
+            except (ValueError, TypeError):
+                continue
+            if all(len(p) == 3 for p in gone):
+                out[w] = (basis, gone)
+        return out
+
+    def forget_pruned(self, ctx: Context | None = None) -> int:
+        """Drop the kept pruning decisions (of one context, or all): the next run decides again."""
+        cond, args = self._where(ctx, None)
+        with self._db:
+            return self._db.execute(f"DELETE FROM {PRUNED}" + (" WHERE " + " AND ".join(cond) if cond else ""),
+                                    args).rowcount
 
     def close(self) -> None:
         self._db.close()

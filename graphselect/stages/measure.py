@@ -39,15 +39,6 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     # layout ops and transforms that timed neighbours in channel count will price (measure.sizes)
     size_points = {} if s.time_all else _size_points(store, s.ctx, {j.version for j in plan.jobs})
     later_sized = {} if s.time_all else _to_predict(plan.jobs, found_keys, size_points)
-    probe = None
-    if not s.remote and (len(found) + len(later_sized) < len(keys) or any(stale(m, quiet) for m in found)):
-        # the machine's state now decides which drifted records are worth timing again
-        s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
-        probe = load_probe(s, store)
-    now = probe.own_ms if probe is not None else None
-    retimed = sum(1 for m in found if stale(m, quiet, now))
-    reused = len(found) - retimed
-    clock: dict = {}
     lay = _layouts(plan)
     first_of = {} if s.time_all else twins.split(j.workload for j in plan.jobs)
     history = {} if s.time_all else _history(store, s.ctx, {j.version for j in plan.jobs})
@@ -59,7 +50,29 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
             if f == w:
                 first_of[x] = w2
         first_of[w] = w2
-    later = [j for j in plan.jobs if j.workload in first_of]
+    # what the last run pruned of a workload is pruned again while the records it was decided from
+    # are as that run left them and none is to be re-timed: a refitted parameter model would
+    # otherwise decide anew, and an unchanged rerun time what its first run pruned
+    kept = {} if s.time_all else store.pruned(s.ctx)
+    planned = {j.workload for j in plan.jobs}
+    bases = _bases(store, s.ctx, {j.version for j in plan.jobs},
+                   {w: _depends(w, first_of) for w in kept if w in planned}) if kept else {}
+    found_by_w: dict = {}
+    for m in found:
+        found_by_w.setdefault(m.workload, []).append(m)
+    again = _again(kept, bases, keys, found_keys, found_by_w, first_of, lambda m: stale(m, quiet))
+    probe = None
+    if not s.remote and (len(found) + len(later_sized) + len(again) < len(keys) or any(stale(m, quiet) for m in found)):
+        # the machine's state now decides which drifted records are worth timing again
+        s.progress("measure", 0, len(keys), "timing the reference kernel (load detection)")
+        probe = load_probe(s, store)
+    now = probe.own_ms if probe is not None else None
+    retimed = sum(1 for m in found if stale(m, quiet, now))
+    reused = len(found) - retimed
+    if probe is not None:
+        again = _again(kept, bases, keys, found_keys, found_by_w, first_of, lambda m: stale(m, quiet, now))
+    clock: dict = {}
+    later = [j for j in plan.jobs if j.workload in first_of and j.key not in again]
     rest = [j for j in plan.jobs if j.workload not in first_of]
     # conv workloads with enough candidates are scouted (measure.scouts): one member per variant
     # first, then only what can still win
@@ -71,16 +84,20 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     model = scouts.ParamModel.fit((w, c, *t) for (w, c), t in history.items())
     first, pending = [], {}
     for j in rest:
-        if j.workload not in scouted and j.key not in later_sized:
+        if j.workload not in scouted and j.key not in later_sized and j.key not in again:
             first.append(j)
     for w, js in scouted.items():
+        js = {c: j for c, j in js.items() if j.key not in again}
         known = {c: (m.cold_ms, m.warm_ms) for m in found if m.workload == w and (c := m.candidate) in js}
         pick = set(scouts.scouts([c for c in js if c not in known], known, lambda c, w=w: lay(w, c), model))
         first += [j for c, j in js.items() if c in pick or c in known]
         pending[w] = [j for c, j in js.items() if c not in pick and c not in known]
     from ..measure.builder import Builder
     where = runner(s, probe)
-    pruned = []
+    pruned = [twins.Pruned(w, c, why) for (w, c), why in again.items()]
+    if again:
+        s.progress("measure", 0, len(keys), f"{len(again)} candidates pruned as the last run pruned them "
+                   f"(the records that decided it unchanged)")
     with Builder(s.target, s.workers, cc=s.cc, files=where.files, keep=kernel_dir(s)) as builder:
         def accounted():
             """Distinct jobs timed, reused or pruned so far (two layers of one workload make one job,
@@ -158,6 +175,12 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
                                                       f"pruned: {p.why}", version=keys[(p.workload, p.candidate)].version)
     if probe is not None:
         keep_quiet(s, store, probe)
+    if not s.time_all:
+        decided: dict = {}
+        for p in pruned:
+            decided.setdefault(p.workload, []).append((p.candidate, keys[(p.workload, p.candidate)].version, p.why))
+        now_bases = _bases(store, s.ctx, {j.version for j in plan.jobs}, {w: _depends(w, first_of) for w in decided})
+        store.put_pruned(s.ctx, {w: (now_bases[w], gone) for w, gone in decided.items()})
     timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err, m.incold_ms) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)
     return Measured(plan, meas, timings, len(keys), reused, retimed, flagged,
@@ -232,6 +255,49 @@ def _predict_sizes(later: dict, points: dict, meas: dict):
         out[k] = Measurement(k[0], k[1], p.cold_ms, p.warm_ms, version=g[2], incold_ms=p.incold_ms)
         why[k] = p.why
     return out, why, unpriced
+
+
+def _depends(workload, first_of) -> tuple:
+    """The workloads whose records decide what is pruned of ``workload``: itself and, for a later
+    twin, its first twin."""
+    return (workload, first_of[workload]) if workload in first_of else (workload,)
+
+
+def _bases(store, ctx, versions, depends) -> dict:
+    """workload -> a digest of the store's records (of the code versions in use) of the workloads
+    ``depends`` names for it: every field, the time each was taken included, so a record added,
+    re-timed or removed changes it."""
+    import hashlib
+    import json
+    need = {d for ds in depends.values() for d in ds}
+    rows: dict = {}
+    for r in store.records(ctx):
+        if r["workload"] in need and r["version"] in versions:
+            rows.setdefault(r["workload"], []).append(json.dumps(
+                [r[k] for k in ("candidate", "version", "cold_ms", "warm_ms", "error", "flag", "created", "incold_ms")]))
+    out = {}
+    for w, ds in depends.items():
+        h = hashlib.sha1()
+        for d in ds:
+            h.update(json.dumps([d, sorted(rows.get(d, ()))]).encode())
+        out[w] = h.hexdigest()
+    return out
+
+
+def _again(kept, bases, keys, found_keys, found_by_w, first_of, is_stale) -> dict:
+    """(workload, candidate) -> why, of the kept decisions (``RecordStore.pruned``) that still hold:
+    the digest of their records is the one they were decided from (``bases``), no record of theirs
+    in this plan is to be re-timed (``is_stale``), and the candidate is a job of this plan, of the
+    same code version, with no record."""
+    out = {}
+    for w, (basis, gone) in kept.items():
+        if bases.get(w) != basis or any(is_stale(m) for d in _depends(w, first_of) for m in found_by_w.get(d, ())):
+            continue
+        for c, v, why in gone:
+            j = keys.get((w, c))
+            if j is not None and j.version == v and (w, c) not in found_keys:
+                out[(w, c)] = why
+    return out
 
 
 def _unique(pruned):

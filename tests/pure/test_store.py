@@ -218,3 +218,22 @@ def test_network_other_kinds_and_handoff_roundtrip_and_old_rows_read_without_the
     assert nets[0] == new and nets[0].other_kinds == kinds
     assert nets[1].other_kinds == {} and nets[1].other_incold_ms == 0.45
     assert nets[0].handoff_us == 0.55 and nets[1].handoff_us is None
+
+
+def test_pruning_decisions_roundtrip_per_context_replace_and_forget(tmp_path):
+    a, b = Context("llvm", "cpu-a", 2, "0.27"), Context("llvm", "cpu-b", 2, "0.27")
+    path = tmp_path / "s.sqlite"
+    s = RecordStore(path)
+    s.put_pruned(a, {"w1": ("h1", [("c1", "v1", "predicted 2.00x the fastest")]), "w2": ("h2", [])})
+    s.put_pruned(b, {"w1": ("hb", [("c9", "v1", "why")])})
+    s.close()
+    s = RecordStore(path)
+    assert s.pruned(a) == {"w1": ("h1", [("c1", "v1", "predicted 2.00x the fastest")]), "w2": ("h2", [])}
+    assert s.pruned(b) == {"w1": ("hb", [("c9", "v1", "why")])}
+    s.put_pruned(a, {"w1": ("h3", [("c2", "v1", "again")])})          # replaces w1's, keeps w2's
+    assert s.pruned(a)["w1"] == ("h3", [("c2", "v1", "again")]) and "w2" in s.pruned(a)
+    # a row that does not read is left out, not an error
+    s._db.execute("UPDATE pruned_v1 SET pruned='not json' WHERE workload='w2'")
+    assert set(s.pruned(a)) == {"w1"}
+    assert s.forget_pruned(a) == 2 and s.pruned(a) == {} and set(s.pruned(b)) == {"w1"}
+    assert s.forget_pruned() == 1 and s.pruned(b) == {}
