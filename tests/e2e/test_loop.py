@@ -6,7 +6,7 @@ import pytest
 
 import graphselect
 import models
-from graphselect.stages import load, select, settings
+from graphselect.stages import load, machine, measure, select, settings
 from graphselect.measure import plan as plan_mod
 from graphselect.measure.innet import KernelCall, NetworkTiming
 from graphselect.measure.jobs import TimingConfig
@@ -33,16 +33,22 @@ def _fake_records(model, path):
     return imported
 
 
-def _fake_time(imported):
-    """In-network timings from the isolated records, with Winograd kernels much slower."""
+def _fake_time(imported, jitter_step: float = 0.0):
+    """In-network timings from the isolated records, with Winograd kernels much slower; with
+    ``jitter_step``, each network timed a little off the last (so which observations are a
+    kernel's newest matters to the fit, as on a real machine)."""
+    count = [0]
+
     def fake(built, x, s, probe):
         out = {}
         for b in built:
             calls = []
+            count[0] += 1
+            jitter = 1.0 + jitter_step * (count[0] % 4)
             for name, cand in b.selection.items():
                 if imported.lg.layers[name].kind != "conv":
                     continue
-                t = 0.01 * SLOWER_IN_NETWORK if cand.family == "winograd" else 0.05
+                t = (0.01 * SLOWER_IN_NETWORK if cand.family == "winograd" else 0.05) * jitter
                 calls.append(KernelCall(f"{name}_{cand.family}", t))
             calls.append(KernelCall("fused_ops", 0.01))
             out[b.label] = NetworkTiming(sum(c.ms for c in calls) + 0.001, tuple(calls), 0.001, 0.0, 0.0, 4)
@@ -139,6 +145,28 @@ def test_the_loop_corrects_a_choice_the_isolated_timings_got_wrong(tmp_path, mon
     if sel2.label in sel2.before and sel2.before[sel2.label].basis == "timed before":
         assert r2.report["prediction_error"] is None
     assert all(p.basis != "new model" for p in sel2.before.values())
+
+
+def test_the_final_objective_is_the_one_the_next_run_starts_from(tmp_path, monkeypatch):
+    """The loop's last fit is on the store's networks in the store's order, as the next run's
+    first is: an unchanged rerun's round 0 solves the problem this run's final solve did (an
+    order-sensitive fit on this round's networks prepended in session order solved another)."""
+    model = models.build("tiny")
+    path = tmp_path / "records.sqlite"
+    imported = _fake_records(model, path)
+    monkeypatch.setattr(select, "_time", _fake_time(imported, jitter_step=0.03))
+    r = graphselect.optimize(model, cache=path, benchmark_runs=3, timing=QUICK, cache_budget=None)
+    sel = r.extra["selection"]
+    s1 = settings.settings(cache=path, benchmark_runs=3, timing=QUICK, cache_budget=None)
+    with settings.open_store(s1) as st:
+        again = load.load(model, s1)
+        meas = measure.measure(again, s1, st)
+        hw = machine.machine(s1, st)
+        nets, kobs = st.networks(s1.ctx)
+        start = select.problem(again, meas, hw, select._fit(nets, kobs, meas, hw))
+    assert len(nets) > 3                             # more than the fit's newest few per kernel
+    for b in sel.built:
+        assert start.evaluate(b.choice) == pytest.approx(r.extra["problem"].evaluate(b.choice), rel=1e-9)
 
 
 def test_a_greedy_that_dead_ends_is_not_labelled_greedy():
