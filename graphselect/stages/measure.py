@@ -36,12 +36,13 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     quiet = ref.cold_ms if ref is not None else None
     found = [m for k, j in keys.items() if (m := store.get(s.ctx, *k, j.version)) is not None]
     found_keys = {(m.workload, m.candidate) for m in found}
+    versions = {j.version for j in plan.jobs}
     # layout ops and transforms that timed neighbours in channel count will price (measure.sizes)
-    size_points = {} if s.time_all else _size_points(store, s.ctx, {j.version for j in plan.jobs})
+    size_points = {} if s.time_all else _size_points(store, s.ctx, versions)
     later_sized = {} if s.time_all else _to_predict(plan.jobs, found_keys, size_points)
     lay = _layouts(plan)
     first_of = {} if s.time_all else twins.split(j.workload for j in plan.jobs)
-    history = {} if s.time_all else _history(store, s.ctx, {j.version for j in plan.jobs})
+    history = {} if s.time_all else _history(store, s.ctx, versions)
     # a conv with no record whose twin (the same conv, another epilogue: another model, or another
     # export of this one) the store has timed is a later twin of that one (issue 24, item 3)
     in_store = _store_twins([j.workload for j in plan.jobs], first_of, {m.workload for m in found}, history)
@@ -55,8 +56,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
     # otherwise decide anew, and an unchanged rerun time what its first run pruned
     kept = {} if s.time_all else store.pruned(s.ctx)
     planned = {j.workload for j in plan.jobs}
-    bases = _bases(store, s.ctx, {j.version for j in plan.jobs},
-                   {w: _depends(w, first_of) for w in kept if w in planned}) if kept else {}
+    bases = _bases(store, s.ctx, versions, {w: _depends(w, first_of) for w in kept if w in planned}) if kept else {}
     found_by_w: dict = {}
     for m in found:
         found_by_w.setdefault(m.workload, []).append(m)
@@ -88,7 +88,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
             first.append(j)
     for w, js in scouted.items():
         js = {c: j for c, j in js.items() if j.key not in again}
-        known = {c: (m.cold_ms, m.warm_ms) for m in found if m.workload == w and (c := m.candidate) in js}
+        known = {c: (m.cold_ms, m.warm_ms) for m in found_by_w.get(w, ()) if (c := m.candidate) in js}
         pick = set(scouts.scouts([c for c in js if c not in known], known, lambda c, w=w: lay(w, c), model))
         first += [j for c, j in js.items() if c in pick or c in known]
         pending[w] = [j for c, j in js.items() if c not in pick and c not in known]
@@ -179,7 +179,7 @@ def measure(imported: Imported, s: Settings, store) -> Measured:
         decided: dict = {}
         for p in pruned:
             decided.setdefault(p.workload, []).append((p.candidate, keys[(p.workload, p.candidate)].version, p.why))
-        now_bases = _bases(store, s.ctx, {j.version for j in plan.jobs}, {w: _depends(w, first_of) for w in decided})
+        now_bases = _bases(store, s.ctx, versions, {w: _depends(w, first_of) for w in decided})
         store.put_pruned(s.ctx, {w: (now_bases[w], gone) for w, gone in decided.items()})
     timings = {k: Timing(m.cold_ms, m.warm_ms, m.rel_err, m.incold_ms) for k, m in meas.items()}
     flagged = tuple((m.workload, m.candidate, m.flag) for m in meas.values() if m.flag)

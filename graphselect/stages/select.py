@@ -235,7 +235,7 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
         timed = _time(session, x, s, probe)
         hand = (hand + handoff()) / 2 if handoff is not None else None
         innet.update(timed)
-        fresh_nets = []
+        stored = False
         for b in session:
             if timed[b.label].loaded:
                 # timed under load: shown, but neither stored nor fitted (it would teach the
@@ -245,14 +245,14 @@ def select(imported: Imported, measured: Measured, m: Machine, s: Settings, stor
             unfitted.discard(b.label)
             net, ks = _observe(imported, measured, isolated, b, timed[b.label], s, hand)
             store.put_network(s.ctx, net, ks, content=imported.content_key, choice=_names(measured.plan, b.choice))
-            fresh_nets.append(net)
+            stored = True
         # what the store now holds, in its order (newest first): the fit is order-sensitive (each
         # kernel's and model's newest observations), and the next run fits on the store's order, so
         # an unchanged rerun's round 0 solves the problem this run's final solve did. Prepending this
         # round's networks in session order instead reversed them against the store, and an
         # unchanged ResNet-18 rerun solved to another assignment (10.585 ms against 10.654 ms) and
         # built and timed it
-        nets, kobs = store.networks(s.ctx) if fresh_nets else (nets, kobs)
+        nets, kobs = store.networks(s.ctx) if stored else (nets, kobs)
         cal = _fit(nets, kobs, measured, m)
         rounds.append(Round(r, used, label, predicted, {lb: t.e2e_ms for lb, t in timed.items()},
                             tuple(lb for lb, _ in want), budget, errors, hand))

@@ -8,7 +8,8 @@ import onnxruntime as ort
 import graphselect
 from graphselect.measure import local as local_mod, run as run_mod, scouts, twins
 from graphselect.measure.jobs import TimingConfig
-from graphselect.measure.store import Context, RecordStore
+from graphselect.stages import settings
+from graphselect.measure.store import RecordStore
 from models.builder import GraphBuilder
 
 QUICK = TimingConfig(rounds=1, cold_repeat=3, warm_number=2, warm_repeat=1)
@@ -26,9 +27,8 @@ def _run(model, path, **kw):
     return graphselect.optimize(model, cache=path, benchmark_runs=0, timing=QUICK, families=["direct", "nchwc"], **kw)
 
 
-def _ctx(store):
-    r = store.records()[0]
-    return Context(r["target"], r["cpu"], r["threads"], r["tvm"])
+def _ctx(path):
+    return settings.settings(cache=path).ctx
 
 
 def _pruned(res):
@@ -96,13 +96,13 @@ def test_time_all_ignores_a_kept_decision_and_leaves_it_kept(tmp_path, monkeypat
         gone = _pruned(_run(m, path))
     assert gone
     store = RecordStore(path)
-    kept = store.pruned(_ctx(store))
+    kept = store.pruned(_ctx(path))
     assert {w: {c for c, _v, _why in g} for w, (_b, g) in kept.items()} == \
         {w: {c for ww, c in gone if ww == w} for w, _ in gone}
     store.close()
     full = _run(m, path, time_all=True)
     assert full.report["records"]["pruned"] == [] and full.report["records"]["new"] == len(gone)
     store = RecordStore(path)
-    assert store.pruned(_ctx(store)) == kept
-    assert store.forget_pruned() == len(kept) and store.pruned(_ctx(store)) == {}
+    assert store.pruned(_ctx(path)) == kept
+    assert store.forget_pruned() == len(kept) and store.pruned(_ctx(path)) == {}
     store.close()
